@@ -1,0 +1,164 @@
+//! The one application error.
+//!
+//! Services return it, REST handlers map it to a status code once, server functions carry it to
+//! the browser unchanged. Every variant is safe to show to a client: internal details are logged
+//! where they happen and only [`AppError::Internal`] (with no payload) travels further.
+
+use serde::{Deserialize, Serialize};
+use server_fn::{
+    ServerFnError,
+    codec::JsonEncoding,
+    error::{FromServerFnError, ServerFnErrorErr},
+};
+use std::collections::BTreeMap;
+
+/// Validation messages keyed by the form field (or JSON property) they belong to.
+pub type FieldErrors = BTreeMap<String, String>;
+
+/// Everything that can go wrong in a request, as a client may see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(tag = "error", rename_all = "snake_case")]
+pub enum AppError {
+    /// Input was rejected; `fields` says which field and why.
+    #[error("{message}")]
+    Validation { message: String, fields: FieldErrors },
+    /// No valid session or token accompanied a request that needs one.
+    #[error("sign in required")]
+    Unauthorized,
+    /// Sign-in failed. Deliberately the same whether the email or the password was wrong.
+    #[error("email or password is incorrect")]
+    InvalidCredentials,
+    /// The caller is known but may not do this.
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0} not found")]
+    NotFound(String),
+    /// The request collides with existing state (a duplicate, a stale edit).
+    #[error("{0}")]
+    Conflict(String),
+    #[error("insufficient balance: {0}")]
+    PaymentRequired(String),
+    /// Too many attempts; try again after `retry_after_secs`.
+    #[error("too many attempts, try again in {retry_after_secs} s")]
+    RateLimited { retry_after_secs: u64 },
+    /// Something failed on our side. Details were logged; none are shown.
+    #[error("something went wrong on our side; please try again")]
+    Internal,
+}
+
+impl AppError {
+    /// A validation failure on one field.
+    pub fn invalid_field(field: &str, message: impl Into<String>) -> Self {
+        let message = message.into();
+        AppError::Validation {
+            fields: BTreeMap::from([(field.to_owned(), message.clone())]),
+            message,
+        }
+    }
+
+    /// A validation failure on several fields at once (shown together in forms).
+    pub fn invalid_fields(fields: FieldErrors) -> Self {
+        AppError::Validation {
+            message: "please correct the highlighted fields".into(),
+            fields,
+        }
+    }
+
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        AppError::Forbidden(message.into())
+    }
+
+    pub fn not_found(what: impl Into<String>) -> Self {
+        AppError::NotFound(what.into())
+    }
+
+    pub fn conflict(message: impl Into<String>) -> Self {
+        AppError::Conflict(message.into())
+    }
+
+    /// The message for one field, if the error is a validation error naming it.
+    pub fn field(&self, name: &str) -> Option<&str> {
+        match self {
+            AppError::Validation { fields, .. } => fields.get(name).map(String::as_str),
+            _ => None,
+        }
+    }
+
+    /// Stable machine-readable code, used in JSON error bodies.
+    pub fn code(&self) -> &'static str {
+        match self {
+            AppError::Validation { .. } => "validation",
+            AppError::Unauthorized => "unauthorized",
+            AppError::InvalidCredentials => "invalid_credentials",
+            AppError::Forbidden(_) => "forbidden",
+            AppError::NotFound(_) => "not_found",
+            AppError::Conflict(_) => "conflict",
+            AppError::PaymentRequired(_) => "payment_required",
+            AppError::RateLimited { .. } => "rate_limited",
+            AppError::Internal => "internal",
+        }
+    }
+
+    /// The HTTP status this error maps to, in one place for every adapter.
+    pub fn status(&self) -> u16 {
+        match self {
+            AppError::Validation { .. } => 422,
+            AppError::Unauthorized | AppError::InvalidCredentials => 401,
+            AppError::Forbidden(_) => 403,
+            AppError::NotFound(_) => 404,
+            AppError::Conflict(_) => 409,
+            AppError::PaymentRequired(_) => 402,
+            AppError::RateLimited { .. } => 429,
+            AppError::Internal => 500,
+        }
+    }
+}
+
+/// Lets server functions return `Result<T, AppError>` directly.
+impl FromServerFnError for AppError {
+    type Encoder = JsonEncoding;
+
+    fn from_server_fn_error(value: ServerFnErrorErr) -> Self {
+        match value {
+            ServerFnErrorErr::Args(message) | ServerFnErrorErr::Deserialization(message) => {
+                AppError::Validation {
+                    message,
+                    fields: FieldErrors::new(),
+                }
+            }
+            _ => AppError::Internal,
+        }
+    }
+}
+
+impl From<ServerFnError> for AppError {
+    fn from(_: ServerFnError) -> Self {
+        AppError::Internal
+    }
+}
+
+/// JSON body of every error answered by the REST API.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ErrorBody {
+    /// Machine-readable code (`validation`, `unauthorized`, `rate_limited`, ...).
+    pub error: String,
+    /// Human-readable message.
+    pub message: String,
+    /// Per-field messages for validation errors.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub fields: FieldErrors,
+}
+
+impl From<&AppError> for ErrorBody {
+    fn from(err: &AppError) -> Self {
+        ErrorBody {
+            error: err.code().to_owned(),
+            message: err.to_string(),
+            fields: match err {
+                AppError::Validation { fields, .. } => fields.clone(),
+                _ => FieldErrors::new(),
+            },
+        }
+    }
+}

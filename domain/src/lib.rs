@@ -1,0 +1,11 @@
+//! Cardpool's shared vocabulary.
+//!
+//! Everything here compiles for both the server and the browser (wasm), so it holds only plain
+//! serde data: request and response DTOs, validated domain values and [`AppError`], the single
+//! error type every layer speaks. No database or server-only type may ever appear here; that is
+//! what keeps sea-orm out of the wasm bundle.
+
+pub mod account;
+pub mod error;
+
+pub use error::{AppError, FieldErrors};

@@ -1,0 +1,19 @@
+//! Cardpool's database schema, as an ordered list of migrations.
+//!
+//! The server runs [`Migrator::up`] at start-up, on SQLite and PostgreSQL alike, so every
+//! migration here must be written in sea-query's portable builder (no raw SQL unless it is
+//! guarded per backend). Names follow `mYYYYMMDD_HHMMSS_description`; never edit one that
+//! has shipped, add a new one.
+
+pub use sea_orm_migration::prelude::*;
+
+mod m20261130_000001_create_accounts;
+
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(m20261130_000001_create_accounts::Migration)]
+    }
+}

@@ -1,0 +1,215 @@
+//! Accounts: sign-up, sign-in, password changes and roles.
+
+use crate::{
+    AppError, AppResult, Services,
+    auth::{Credential, Principal, roles_of},
+    db::begin_write,
+    entities::users,
+    internal,
+};
+use cardpool_domain::account::{
+    ChangePasswordRequest, Email, Me, NewAccount, Password, SignInRequest, SignUpRequest, UserSummary,
+};
+use chrono::Utc;
+use sea_orm::{
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, EntityTrait, IntoActiveModel, QueryFilter, QueryOrder,
+    SqlErr, TransactionTrait,
+};
+use std::net::IpAddr;
+
+fn me(user: &users::Model) -> Me {
+    Me { id: user.id, email: user.email.clone(), roles: roles_of(user), created_at: user.created_at }
+}
+
+async fn insert_account(services: &Services, account: &NewAccount, admin: bool) -> AppResult<users::Model> {
+    let password_hash = services.passwords.hash(account.password.expose()).await?;
+    let now = Utc::now();
+    let row = users::ActiveModel {
+        email: Set(account.email.as_str().to_owned()),
+        password_hash: Set(password_hash),
+        is_provider: Set(false),
+        is_admin: Set(admin),
+        session_epoch: Set(0),
+        created_at: Set(now),
+        updated_at: Set(now),
+        ..Default::default()
+    };
+    row.insert(&services.db).await.map_err(|err| match err.sql_err() {
+        Some(SqlErr::UniqueConstraintViolation(_)) => {
+            AppError::invalid_field("email", "an account with this email already exists")
+        }
+        _ => internal("inserting account")(err),
+    })
+}
+
+/// Creates a renter account. The caller signs it in (see [`crate::auth::start_session`]).
+pub async fn sign_up(services: &Services, request: &SignUpRequest) -> AppResult<Me> {
+    let account = request.validate()?;
+    let user = insert_account(services, &account, false).await?;
+    tracing::info!(user.id = user.id, "account created");
+    Ok(me(&user))
+}
+
+/// Checks credentials under the sign-in throttle. Returns the account and its session epoch.
+///
+/// Unknown email and wrong password take the same time and give the same error.
+pub async fn sign_in(services: &Services, request: &SignInRequest, client_ip: Option<IpAddr>) -> AppResult<(Me, i64)> {
+    let key = request.email.trim().to_lowercase();
+    if key.is_empty() || request.password.is_empty() {
+        return Err(AppError::InvalidCredentials);
+    }
+    services
+        .sign_in_limiter
+        .admit(&key, client_ip)
+        .map_err(|wait| AppError::RateLimited { retry_after_secs: wait.as_secs().max(1) })?;
+    let user = users::Entity::find()
+        .filter(users::Column::Email.eq(&key))
+        .one(&services.db)
+        .await
+        .map_err(internal("loading account for sign-in"))?;
+    let ok = services.passwords.verify(&request.password, user.as_ref().map(|u| u.password_hash.as_str())).await?;
+    match user {
+        Some(user) if ok => {
+            services.sign_in_limiter.record_success(&key);
+            tracing::info!(user.id = user.id, "signed in");
+            Ok((me(&user), user.session_epoch))
+        }
+        _ => {
+            services.sign_in_limiter.record_failure(&key);
+            tracing::info!("sign-in failed");
+            Err(AppError::InvalidCredentials)
+        }
+    }
+}
+
+async fn load_user(services: &Services, user_id: i64) -> AppResult<users::Model> {
+    users::Entity::find_by_id(user_id)
+        .one(&services.db)
+        .await
+        .map_err(internal("loading account"))?
+        .ok_or_else(|| AppError::not_found("account"))
+}
+
+/// The caller's own account.
+pub async fn get_me(services: &Services, principal: &Principal) -> AppResult<Me> {
+    Ok(me(&load_user(services, principal.user_id).await?))
+}
+
+/// Changes the caller's password after checking the current one. Every other session of the
+/// account ends; returns the new session epoch so the caller's own session can stay valid.
+pub async fn change_password(
+    services: &Services,
+    principal: &Principal,
+    request: &ChangePasswordRequest,
+) -> AppResult<i64> {
+    if principal.credential != Credential::Session {
+        return Err(AppError::forbidden("change your password from a signed-in browser session"));
+    }
+    let new_password =
+        Password::parse(&request.new_password).map_err(|m| AppError::invalid_field("new_password", m))?;
+    let user = load_user(services, principal.user_id).await?;
+    if !services.passwords.verify(&request.current_password, Some(&user.password_hash)).await? {
+        return Err(AppError::invalid_field("current_password", "that is not your current password"));
+    }
+    if request.current_password == request.new_password {
+        return Err(AppError::invalid_field("new_password", "choose a password different from the current one"));
+    }
+    let new_hash = services.passwords.hash(new_password.expose()).await?;
+
+    let txn = begin_write(&services.db).await.map_err(internal("starting password change"))?;
+    let current = users::Entity::find_by_id(user.id)
+        .one(&txn)
+        .await
+        .map_err(internal("reloading account"))?
+        .ok_or_else(|| AppError::not_found("account"))?;
+    let epoch = current.session_epoch + 1;
+    let mut row = current.into_active_model();
+    row.password_hash = Set(new_hash);
+    row.session_epoch = Set(epoch);
+    row.updated_at = Set(Utc::now());
+    row.update(&txn).await.map_err(internal("saving new password"))?;
+    txn.commit().await.map_err(internal("committing password change"))?;
+    tracing::info!(user.id = user.id, "password changed; other sessions ended");
+    Ok(epoch)
+}
+
+async fn set_flags(services: &Services, user_id: i64, provider: Option<bool>, admin: Option<bool>) -> AppResult<users::Model> {
+    let txn = services.db.begin().await.map_err(internal("starting role change"))?;
+    let user = users::Entity::find_by_id(user_id)
+        .one(&txn)
+        .await
+        .map_err(internal("loading account"))?
+        .ok_or_else(|| AppError::not_found("account"))?;
+    let mut row = user.into_active_model();
+    if let Some(provider) = provider {
+        row.is_provider = Set(provider);
+    }
+    if let Some(admin) = admin {
+        row.is_admin = Set(admin);
+    }
+    row.updated_at = Set(Utc::now());
+    let user = row.update(&txn).await.map_err(internal("saving roles"))?;
+    txn.commit().await.map_err(internal("committing role change"))?;
+    Ok(user)
+}
+
+/// Turns on the provider role for the caller's own account.
+pub async fn enable_provider(services: &Services, principal: &Principal) -> AppResult<Me> {
+    let user = set_flags(services, principal.user_id, Some(true), None).await?;
+    tracing::info!(user.id = user.id, "provider role enabled");
+    Ok(me(&user))
+}
+
+/// Every account, newest first (admins only).
+pub async fn list_users(services: &Services, principal: &Principal) -> AppResult<Vec<UserSummary>> {
+    principal.require_admin()?;
+    let users = users::Entity::find()
+        .order_by_desc(users::Column::Id)
+        .all(&services.db)
+        .await
+        .map_err(internal("listing accounts"))?;
+    Ok(users
+        .iter()
+        .map(|u| UserSummary { id: u.id, email: u.email.clone(), roles: roles_of(u), created_at: u.created_at })
+        .collect())
+}
+
+/// Makes another account an admin (admins only).
+pub async fn grant_admin(services: &Services, principal: &Principal, user_id: i64) -> AppResult<UserSummary> {
+    principal.require_admin()?;
+    let user = set_flags(services, user_id, None, Some(true)).await?;
+    tracing::info!(user.id = user.id, by = principal.user_id, "admin role granted");
+    Ok(UserSummary { id: user.id, email: user.email.clone(), roles: roles_of(&user), created_at: user.created_at })
+}
+
+/// What `cardpool admin create` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdminCreated {
+    Created,
+    Promoted,
+}
+
+/// Creates an admin account, or promotes an existing account with that email (operator CLI;
+/// no principal because whoever can run the binary against the database already owns it).
+pub async fn create_admin(services: &Services, email: &str, password: Option<&str>) -> AppResult<AdminCreated> {
+    let email = Email::parse(email).map_err(|m| AppError::invalid_field("email", m))?;
+    let existing = users::Entity::find()
+        .filter(users::Column::Email.eq(email.as_str()))
+        .one(&services.db)
+        .await
+        .map_err(internal("loading account"))?;
+    if let Some(user) = existing {
+        set_flags(services, user.id, None, Some(true)).await?;
+        return Ok(AdminCreated::Promoted);
+    }
+    let password = password.ok_or_else(|| AppError::invalid_field("password", "a new admin account needs a password"))?;
+    let password = Password::parse(password).map_err(|m| AppError::invalid_field("password", m))?;
+    insert_account(services, &NewAccount { email, password }, true).await?;
+    Ok(AdminCreated::Created)
+}
+
+/// Number of accounts (the demo seeds only an empty database).
+pub async fn count_users(services: &Services) -> AppResult<u64> {
+    use sea_orm::PaginatorTrait;
+    users::Entity::find().count(&services.db).await.map_err(internal("counting accounts"))
+}

@@ -1,0 +1,118 @@
+//! Who is asking: browser sessions and the [`Principal`] every service call is checked against.
+//!
+//! A session stores the user id, the account's session epoch at sign-in and the sign-in time.
+//! Changing the password bumps the epoch, which kills every other session of the account at
+//! its next request; the absolute lifetime caps a session however active it stays.
+
+use crate::{AppError, AppResult, Services, entities::users, internal};
+use cardpool_domain::account::Roles;
+use chrono::Utc;
+use sea_orm::EntityTrait;
+use std::time::Duration;
+use tower_sessions::Session;
+
+const USER_ID: &str = "user_id";
+const EPOCH: &str = "epoch";
+const SIGNED_IN_AT: &str = "signed_in_at";
+
+/// How long sessions live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionPolicy {
+    /// A session unused for this long expires (the cookie and the stored row).
+    pub idle: Duration,
+    /// A session older than this expires however active it is.
+    pub absolute: Duration,
+}
+
+impl Default for SessionPolicy {
+    fn default() -> Self {
+        SessionPolicy { idle: Duration::from_secs(12 * 3600), absolute: Duration::from_secs(7 * 24 * 3600) }
+    }
+}
+
+/// How a request proved who it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Credential {
+    Session,
+    ApiToken { token_id: i64 },
+}
+
+/// An authenticated account, as service functions see the caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    pub user_id: i64,
+    pub email: String,
+    pub roles: Roles,
+    pub credential: Credential,
+}
+
+impl Principal {
+    pub(crate) fn from_user(user: &users::Model, credential: Credential) -> Self {
+        Principal { user_id: user.id, email: user.email.clone(), roles: roles_of(user), credential }
+    }
+
+    /// Fails with `Forbidden` unless the caller is an admin.
+    pub fn require_admin(&self) -> AppResult<()> {
+        if self.roles.admin { Ok(()) } else { Err(AppError::forbidden("this needs an admin account")) }
+    }
+}
+
+pub(crate) fn roles_of(user: &users::Model) -> Roles {
+    Roles { renter: true, provider: user.is_provider, admin: user.is_admin }
+}
+
+fn session_err(err: tower_sessions::session::Error) -> AppError {
+    tracing::error!(error = %err, "session store failed");
+    AppError::Internal
+}
+
+/// Binds `session` to `user` under a fresh session id (the old id, which an attacker might
+/// have planted, dies).
+pub async fn start_session(session: &Session, user_id: i64, epoch: i64) -> AppResult<()> {
+    session.cycle_id().await.map_err(session_err)?;
+    session.insert(USER_ID, user_id).await.map_err(session_err)?;
+    session.insert(EPOCH, epoch).await.map_err(session_err)?;
+    session.insert(SIGNED_IN_AT, Utc::now().timestamp()).await.map_err(session_err)?;
+    Ok(())
+}
+
+/// Re-binds the current session after its account's epoch moved (password change), so the
+/// session that made the change stays signed in while all others end.
+pub async fn refresh_session_epoch(session: &Session, epoch: i64) -> AppResult<()> {
+    session.cycle_id().await.map_err(session_err)?;
+    session.insert(EPOCH, epoch).await.map_err(session_err)
+}
+
+/// Ends the session: its row is deleted and the cookie cleared.
+pub async fn end_session(session: &Session) -> AppResult<()> {
+    session.flush().await.map_err(session_err)
+}
+
+/// The account behind `session`, if it is signed in and still valid.
+pub async fn principal_from_session(services: &Services, session: &Session) -> AppResult<Option<Principal>> {
+    let Some(user_id) = session.get::<i64>(USER_ID).await.map_err(session_err)? else {
+        return Ok(None);
+    };
+    let epoch = session.get::<i64>(EPOCH).await.map_err(session_err)?;
+    let signed_in_at = session.get::<i64>(SIGNED_IN_AT).await.map_err(session_err)?.unwrap_or(0);
+    let age = Utc::now().timestamp().saturating_sub(signed_in_at);
+    let too_old = u64::try_from(age).map_or(true, |age| age > services.settings.session.absolute.as_secs());
+    let user = users::Entity::find_by_id(user_id)
+        .one(&services.db)
+        .await
+        .map_err(internal("loading session user"))?;
+    match user {
+        Some(user) if !too_old && epoch == Some(user.session_epoch) => {
+            Ok(Some(Principal::from_user(&user, Credential::Session)))
+        }
+        _ => {
+            end_session(session).await?;
+            Ok(None)
+        }
+    }
+}
+
+/// Like [`principal_from_session`], but a missing sign-in is `Unauthorized`.
+pub async fn require_session(services: &Services, session: &Session) -> AppResult<Principal> {
+    principal_from_session(services, session).await?.ok_or(AppError::Unauthorized)
+}

@@ -1,0 +1,7 @@
+//! sea-orm entities, one module per table, mirroring `cardpool-migrations`.
+//!
+//! They never leave the server: services convert them into `cardpool-domain` DTOs.
+
+pub mod api_tokens;
+pub mod sessions;
+pub mod users;

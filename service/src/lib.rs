@@ -1,0 +1,72 @@
+//! Cardpool's service layer.
+//!
+//! Every rule about accounts, sessions and credentials lives here, behind plain async functions
+//! that take [`Services`] (or a connection) and return [`AppError`]. The adapters (Leptos
+//! server functions in `app`, REST handlers in `server`, the CLI) only find out who is asking,
+//! call one function here and map the result. Authorization is checked here too, against the
+//! [`auth::Principal`] the adapter passes in, so no adapter can forget it.
+
+pub mod accounts;
+pub mod api_tokens;
+pub mod auth;
+pub mod db;
+pub mod entities;
+pub mod passwords;
+pub mod rate_limit;
+pub mod session_store;
+#[cfg(feature = "test-support")]
+pub mod testing;
+
+pub use cardpool_domain::AppError;
+use sea_orm::DatabaseConnection;
+use std::sync::Arc;
+
+/// Result type of every service function.
+pub type AppResult<T> = Result<T, AppError>;
+
+/// Tunables of the service layer, filled from the server's layered configuration.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub session: auth::SessionPolicy,
+    pub sign_in_limits: rate_limit::SignInLimits,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            session: auth::SessionPolicy::default(),
+            sign_in_limits: rate_limit::SignInLimits::default(),
+        }
+    }
+}
+
+/// Everything a service function may need, shared by all adapters and cheap to clone.
+#[derive(Clone)]
+pub struct Services {
+    pub db: DatabaseConnection,
+    pub passwords: Arc<passwords::PasswordHasher>,
+    pub sign_in_limiter: Arc<rate_limit::SignInLimiter>,
+    pub settings: Arc<Settings>,
+}
+
+impl Services {
+    /// Builds the services over an already migrated database.
+    pub async fn new(db: DatabaseConnection, settings: Settings) -> AppResult<Self> {
+        let passwords = passwords::PasswordHasher::new().await?;
+        Ok(Services {
+            db,
+            passwords: Arc::new(passwords),
+            sign_in_limiter: Arc::new(rate_limit::SignInLimiter::new(settings.sign_in_limits)),
+            settings: Arc::new(settings),
+        })
+    }
+}
+
+/// Logs an unexpected failure once, here at the edge of the service layer, and turns it into
+/// the client-safe [`AppError::Internal`].
+pub(crate) fn internal(context: &'static str) -> impl FnOnce(sea_orm::DbErr) -> AppError {
+    move |err| {
+        tracing::error!(error = %err, "{context}");
+        AppError::Internal
+    }
+}
