@@ -1,0 +1,74 @@
+//! The Cardpool web application: pages, components and the server functions behind them.
+//!
+//! Compiled twice: with `ssr` into the server (server functions run there and call
+//! `cardpool-service`), and with `hydrate` into the browser bundle (server functions become
+//! HTTP calls). Only `cardpool-domain` DTOs cross between the two.
+
+#![recursion_limit = "256"]
+
+pub mod components;
+pub mod pages;
+pub mod server_fns;
+#[cfg(feature = "ssr")]
+pub mod ssr;
+
+use components::layout::{Footer, Header};
+use leptos::prelude::*;
+use leptos_meta::{Link, Meta, MetaTags, Stylesheet, Title, provide_meta_context};
+use leptos_router::{
+    components::{Route, Router, Routes},
+    path,
+};
+use pages::{
+    account::AccountPage, admin::AdminUsersPage, api_tokens::ApiTokensPage, home::HomePage,
+    not_found::NotFoundPage, sign_in::SignInPage, sign_up::SignUpPage,
+};
+
+/// The HTML document around the app, rendered on the server only.
+pub fn shell(options: LeptosOptions) -> impl IntoView {
+    #[cfg(feature = "ssr")]
+    ssr::set_content_security_policy();
+    view! {
+        <!DOCTYPE html>
+        <html lang="en" class="h-full bg-slate-50">
+            <head>
+                <meta charset="utf-8" />
+                <meta name="viewport" content="width=device-width, initial-scale=1" />
+                <HydrationScripts options />
+                <MetaTags />
+            </head>
+            <body class="h-full">
+                <App />
+            </body>
+        </html>
+    }
+}
+
+/// The root component: head tags, the current account, routes.
+#[component]
+pub fn App() -> impl IntoView {
+    provide_meta_context();
+    components::session::provide_current_user();
+    view! {
+        <Stylesheet id="leptos" href="/pkg/cardpool.css" />
+        <Link rel="icon" type_="image/svg+xml" href="/favicon.svg" />
+        <Meta name="description" content="Cardpool: rent GPUs by the second, or earn from your own." />
+        <Title formatter=|text: String| if text.is_empty() { "Cardpool".to_owned() } else { format!("{text} · Cardpool") } />
+        <Router>
+            <div class="flex min-h-full flex-col">
+                <Header />
+                <main id="main" class="mx-auto w-full max-w-6xl flex-1 px-4 py-8 sm:px-6 lg:px-8">
+                    <Routes fallback=NotFoundPage>
+                        <Route path=path!("/") view=HomePage />
+                        <Route path=path!("/sign-up") view=SignUpPage />
+                        <Route path=path!("/sign-in") view=SignInPage />
+                        <Route path=path!("/account") view=AccountPage />
+                        <Route path=path!("/account/tokens") view=ApiTokensPage />
+                        <Route path=path!("/admin/users") view=AdminUsersPage />
+                    </Routes>
+                </main>
+                <Footer />
+            </div>
+        </Router>
+    }
+}

@@ -1,0 +1,12 @@
+//! The `cardpool` server: configuration, the HTTP stack and the operator CLI's work.
+//!
+//! A request flows: security headers → client IP → cross-site check → session → one of
+//! `/healthz`, the JSON API (`api`), server functions (`/rpc/*`) or a server-rendered page;
+//! each handler calls `cardpool-service`. The binary in `main.rs` only parses the command line.
+
+pub mod api;
+pub mod config;
+pub mod demo;
+pub mod http;
+
+pub use config::Config;

@@ -1,1 +1,186 @@
-fn main(){}
+//! `cardpool`: the Cardpool server and its operator commands. Parses the command line and
+//! hands over to the library; nothing else lives here.
+
+use anyhow::Context;
+use cardpool_server::{Config, demo, http};
+use cardpool_service::{Services, accounts, db, session_store::DbSessionStore};
+use clap::{Args, Parser, Subcommand};
+use std::{io::Read, net::SocketAddr, path::PathBuf};
+use tower_sessions::ExpiredDeletion;
+
+#[derive(Parser)]
+#[command(name = "cardpool", version, about = "Cardpool: the open GPU compute marketplace")]
+struct Cli {
+    /// Configuration file (TOML). Default: ./cardpool.toml if it exists.
+    #[arg(long, global = true, env = "CARDPOOL_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the web server (pages, JSON API, background work).
+    Serve(ServeArgs),
+    /// Operator commands for accounts.
+    Admin {
+        #[command(subcommand)]
+        command: AdminCommand,
+    },
+    /// Apply pending database migrations and exit.
+    Migrate(DbArgs),
+}
+
+#[derive(Args)]
+struct DbArgs {
+    /// Database URL (default: a SQLite file `cardpool.db` in the working directory).
+    #[arg(long, env = "DATABASE_URL")]
+    database_url: Option<String>,
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// Address to listen on [default: 127.0.0.1:3000].
+    #[arg(long, env = "CARDPOOL_ADDR")]
+    addr: Option<SocketAddr>,
+    #[command(flatten)]
+    db: DbArgs,
+    /// Seed demo accounts if the database is empty.
+    #[arg(long)]
+    demo: bool,
+    /// Directory with the built site (wasm, CSS, assets) [default: target/site].
+    #[arg(long, env = "CARDPOOL_SITE_ROOT")]
+    site_root: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum AdminCommand {
+    /// Create an admin account, or promote the existing account with this email.
+    Create {
+        #[arg(long)]
+        email: String,
+        /// Read the new account's password from standard input (one line).
+        #[arg(long)]
+        password_stdin: bool,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+}
+
+fn config_with(cli_config: Option<&std::path::Path>, db: &DbArgs) -> anyhow::Result<Config> {
+    let mut config = Config::load(cli_config).context("reading configuration")?;
+    if let Some(url) = &db.database_url {
+        config.database_url = cardpool_server::config::Secret::new(url.clone());
+    }
+    Ok(config)
+}
+
+async fn services(config: &Config) -> anyhow::Result<Services> {
+    let conn = db::connect_and_migrate(config.database_url.expose())
+        .await
+        .context("opening the database (check --database-url / DATABASE_URL)")?;
+    Services::new(conn, config.service_settings()).await.map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,sqlx=warn,sea_orm=warn".into()),
+        )
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => serve(cli.config.as_deref(), args).await,
+        Command::Migrate(db_args) => {
+            let config = config_with(cli.config.as_deref(), &db_args)?;
+            db::connect_and_migrate(config.database_url.expose()).await.context("migrating")?;
+            tracing::info!("database is up to date");
+            Ok(())
+        }
+        Command::Admin { command: AdminCommand::Create { email, password_stdin, db } } => {
+            let config = config_with(cli.config.as_deref(), &db)?;
+            let services = services(&config).await?;
+            let password = if password_stdin {
+                let mut line = String::new();
+                std::io::stdin().read_to_string(&mut line).context("reading the password from stdin")?;
+                Some(line.trim_end_matches(['\r', '\n']).to_owned())
+            } else {
+                None
+            };
+            match accounts::create_admin(&services, &email, password.as_deref()).await {
+                Ok(accounts::AdminCreated::Created) => eprintln!("created admin account {email}"),
+                Ok(accounts::AdminCreated::Promoted) => eprintln!("{email} is now an admin"),
+                Err(err) => {
+                    let detail = match &err {
+                        cardpool_domain::AppError::Validation { fields, .. } => {
+                            fields.iter().map(|(k, v)| format!("{k}: {v}")).collect::<Vec<_>>().join("; ")
+                        }
+                        other => other.to_string(),
+                    };
+                    anyhow::bail!("{detail} (a new account needs --password-stdin)");
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn serve(config_file: Option<&std::path::Path>, args: ServeArgs) -> anyhow::Result<()> {
+    let mut config = config_with(config_file, &args.db)?;
+    if let Some(addr) = args.addr {
+        config.addr = addr;
+    }
+    if let Some(site_root) = args.site_root {
+        config.site_root = site_root;
+    }
+    tracing::info!(?config, "starting");
+    let services = services(&config).await?;
+    if args.demo && demo::seed(&services).await.map_err(|e| anyhow::anyhow!("{e}"))? {
+        tracing::info!("seeded demo accounts");
+        eprintln!("\nDemo accounts (password: {}):", demo::DEMO_PASSWORD);
+        for (email, roles) in demo::DEMO_ACCOUNTS {
+            eprintln!("  {email:<30} {roles}");
+        }
+    }
+
+    let store = DbSessionStore::new(services.db.clone());
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(std::time::Duration::from_secs(600));
+        loop {
+            every.tick().await;
+            if let Err(err) = store.delete_expired().await {
+                tracing::warn!(error = %err, "expired-session cleanup failed; will retry");
+            }
+        }
+    });
+
+    let app = http::router(services, http::leptos_options(&config), http::HttpOptions::from_config(&config));
+    let listener = tokio::net::TcpListener::bind(config.addr).await.with_context(|| format!("binding {}", config.addr))?;
+    let url = config.public_url.clone().unwrap_or_else(|| format!("http://{}", listener.local_addr().map_or(config.addr, |a| a)));
+    eprintln!("\nCardpool is running: open {url}\n");
+    axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .context("serving")?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+}

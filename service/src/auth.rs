@@ -116,3 +116,8 @@ pub async fn principal_from_session(services: &Services, session: &Session) -> A
 pub async fn require_session(services: &Services, session: &Session) -> AppResult<Principal> {
     principal_from_session(services, session).await?.ok_or(AppError::Unauthorized)
 }
+
+/// The client's address as the server determined it (the peer, or a trusted proxy's header).
+/// Adapters put it in request extensions; the sign-in throttle keys on it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClientIp(pub Option<std::net::IpAddr>);

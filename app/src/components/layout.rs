@@ -1,0 +1,94 @@
+//! The frame around every page: header with navigation that follows the account's roles,
+//! and the footer.
+
+use super::session::{reload_to, use_current_user};
+use crate::server_fns::accounts::SignOut;
+use leptos::prelude::*;
+use leptos_router::components::A;
+
+#[component]
+pub fn Header() -> impl IntoView {
+    let user = use_current_user();
+    view! {
+        <a href="#main" class="sr-only focus:not-sr-only focus:absolute focus:left-2 focus:top-2 focus:z-50 focus:rounded focus:bg-white focus:px-3 focus:py-2">
+            "Skip to content"
+        </a>
+        <header class="border-b border-slate-200 bg-white/90 backdrop-blur">
+            <nav aria-label="Main" class="mx-auto flex max-w-6xl flex-wrap items-center justify-between gap-3 px-4 py-3 sm:px-6 lg:px-8">
+                <A href="/" attr:class="flex items-center gap-2 text-lg font-bold tracking-tight text-slate-900">
+                    <Logo />
+                    "Cardpool"
+                </A>
+                <Transition fallback=|| view! { <span class="h-8 w-40 animate-pulse rounded bg-slate-100"></span> }>
+                    {move || Suspend::new(async move {
+                        match user.0.await {
+                            Ok(Some(me)) => view! { <SignedInNav email=me.email provider=me.roles.provider admin=me.roles.admin /> }.into_any(),
+                            _ => view! { <VisitorNav /> }.into_any(),
+                        }
+                    })}
+                </Transition>
+            </nav>
+        </header>
+    }
+}
+
+#[component]
+fn VisitorNav() -> impl IntoView {
+    view! {
+        <div class="flex items-center gap-2">
+            <A href="/sign-in" attr:class="nav-link">"Sign in"</A>
+            <A href="/sign-up" attr:class="btn-primary">"Create account"</A>
+        </div>
+    }
+}
+
+#[component]
+fn SignedInNav(email: String, provider: bool, admin: bool) -> impl IntoView {
+    let sign_out = ServerAction::<SignOut>::new();
+    Effect::new(move || {
+        if let Some(Ok(())) = sign_out.value().get() {
+            reload_to("/");
+        }
+    });
+    view! {
+        <div class="flex flex-wrap items-center gap-1 sm:gap-2">
+            <A href="/account" attr:class="nav-link">"Account"</A>
+            <A href="/account/tokens" attr:class="nav-link">"API tokens"</A>
+            {admin.then(|| view! { <A href="/admin/users" attr:class="nav-link">"Admin"</A> })}
+            <span class="hidden items-center gap-2 px-2 text-sm text-slate-500 md:flex" data-testid="nav-email">
+                {email}
+                {provider.then(|| view! { <span class="badge bg-emerald-50 text-emerald-700 ring-emerald-200">"provider"</span> })}
+                {admin.then(|| view! { <span class="badge bg-amber-50 text-amber-800 ring-amber-200">"admin"</span> })}
+            </span>
+            <ActionForm action=sign_out>
+                <button type="submit" class="btn-secondary">"Sign out"</button>
+            </ActionForm>
+        </div>
+    }
+}
+
+#[component]
+fn Logo() -> impl IntoView {
+    view! {
+        <svg aria-hidden="true" viewBox="0 0 32 32" class="h-7 w-7">
+            <rect x="3" y="7" width="26" height="18" rx="3" class="fill-indigo-600" />
+            <rect x="7" y="11" width="6" height="10" rx="1" class="fill-indigo-200" />
+            <rect x="15" y="11" width="6" height="10" rx="1" class="fill-indigo-300" />
+            <rect x="23" y="11" width="3" height="10" rx="1" class="fill-indigo-400" />
+        </svg>
+    }
+}
+
+#[component]
+pub fn Footer() -> impl IntoView {
+    view! {
+        <footer class="border-t border-slate-200 bg-white">
+            <div class="mx-auto flex max-w-6xl flex-col gap-2 px-4 py-6 text-sm text-slate-500 sm:flex-row sm:justify-between sm:px-6 lg:px-8">
+                <p>"Cardpool: the open GPU marketplace."</p>
+                <p>
+                    <a class="underline hover:text-slate-700" href="/api/v1/openapi.json">"API (OpenAPI)"</a>
+                </p>
+            </div>
+        </footer>
+    }
+}

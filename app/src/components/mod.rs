@@ -1,0 +1,5 @@
+//! Reusable pieces of the UI, by area.
+
+pub mod form;
+pub mod layout;
+pub mod session;

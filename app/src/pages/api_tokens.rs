@@ -1,0 +1,117 @@
+//! Personal API tokens: create (secret shown once), list, revoke.
+
+use crate::{
+    components::{
+        form::{Field, FormAlert, SubmitButton, field_error, form_error},
+        session::RequireSignIn,
+    },
+    server_fns::api_tokens::{CreateApiToken, RevokeApiToken, list_api_tokens},
+};
+use cardpool_domain::account::{ApiToken, Me};
+use leptos::prelude::*;
+use leptos_meta::Title;
+
+#[component]
+pub fn ApiTokensPage() -> impl IntoView {
+    view! {
+        <Title text="API tokens" />
+        <RequireSignIn children=|_me: Me| view! { <ApiTokens /> } />
+    }
+}
+
+#[component]
+fn ApiTokens() -> impl IntoView {
+    let create = ServerAction::<CreateApiToken>::new();
+    let revoke = ServerAction::<RevokeApiToken>::new();
+    let tokens = Resource::new(move || (create.version().get(), revoke.version().get()), |_| list_api_tokens());
+    let value = create.value();
+    view! {
+        <div class="space-y-6">
+            <div>
+                <h1 class="text-2xl font-bold text-slate-900">"API tokens"</h1>
+                <p class="mt-1 text-slate-600">
+                    "Use a token as " <code class="rounded bg-slate-100 px-1">"Authorization: Bearer …"</code>
+                    " with the " <a class="text-indigo-700 underline" href="/api/v1/openapi.json">"JSON API"</a> ". Treat it like a password."
+                </p>
+            </div>
+
+            <section class="card" aria-labelledby="new-token">
+                <h2 id="new-token" class="text-lg font-semibold text-slate-900">"Create a token"</h2>
+                <ActionForm action=create attr:class="mt-4 flex flex-col gap-4 sm:flex-row sm:items-end" attr:novalidate=true>
+                    <div class="flex-1">
+                        <Field label="Token name" name="name" hint="What will use it, e.g. “training scripts”." error=field_error(value, "name") />
+                    </div>
+                    <div class="sm:w-48">
+                        <SubmitButton label="Create token" pending=create.pending() />
+                    </div>
+                </ActionForm>
+                <div class="mt-4">
+                    <FormAlert message=form_error(value) />
+                </div>
+                {move || value.get().and_then(Result::ok).map(|created| view! {
+                    <div role="status" class="mt-4 rounded-lg bg-emerald-50 p-4 ring-1 ring-emerald-200">
+                        <p class="text-sm font-medium text-emerald-900">
+                            "Token “" {created.token.name.clone()} "” created. Copy it now: it will not be shown again."
+                        </p>
+                        <code data-testid="new-token-secret" class="mt-2 block select-all break-all rounded bg-white px-3 py-2 font-mono text-sm text-slate-900 ring-1 ring-emerald-200">
+                            {created.secret.clone()}
+                        </code>
+                    </div>
+                })}
+            </section>
+
+            <section class="card" aria-labelledby="your-tokens">
+                <h2 id="your-tokens" class="text-lg font-semibold text-slate-900">"Your tokens"</h2>
+                <Transition fallback=|| view! { <p class="mt-4 text-slate-500">"Loading tokens…"</p> }>
+                    {move || Suspend::new(async move {
+                        match tokens.await {
+                            Ok(list) if list.is_empty() => view! { <p class="mt-4 text-slate-500">"No active tokens."</p> }.into_any(),
+                            Ok(list) => view! { <TokenTable tokens=list revoke /> }.into_any(),
+                            Err(err) => view! { <p role="alert" class="mt-4 text-red-700">{err.to_string()}</p> }.into_any(),
+                        }
+                    })}
+                </Transition>
+            </section>
+        </div>
+    }
+}
+
+#[component]
+fn TokenTable(tokens: Vec<ApiToken>, revoke: ServerAction<RevokeApiToken>) -> impl IntoView {
+    view! {
+        <div class="mt-4 overflow-x-auto">
+            <table class="min-w-full divide-y divide-slate-200 text-sm">
+                <thead>
+                    <tr class="text-left text-slate-500">
+                        <th scope="col" class="py-2 pr-4 font-medium">"Name"</th>
+                        <th scope="col" class="py-2 pr-4 font-medium">"Token"</th>
+                        <th scope="col" class="py-2 pr-4 font-medium">"Created"</th>
+                        <th scope="col" class="py-2 pr-4 font-medium">"Last used"</th>
+                        <th scope="col" class="py-2"><span class="sr-only">"Actions"</span></th>
+                    </tr>
+                </thead>
+                <tbody class="divide-y divide-slate-100">
+                    {tokens.into_iter().map(|token| {
+                        let label = format!("Revoke token {}", token.name);
+                        view! {
+                            <tr data-testid="token-row">
+                                <td class="py-3 pr-4 font-medium text-slate-900">{token.name.clone()}</td>
+                                <td class="py-3 pr-4 font-mono text-slate-600">{format!("{}…", token.prefix)}</td>
+                                <td class="py-3 pr-4 text-slate-600">{token.created_at.format("%Y-%m-%d %H:%M UTC").to_string()}</td>
+                                <td class="py-3 pr-4 text-slate-600">
+                                    {token.last_used_at.map_or_else(|| "never".to_owned(), |t| t.format("%Y-%m-%d %H:%M UTC").to_string())}
+                                </td>
+                                <td class="py-3 text-right">
+                                    <ActionForm action=revoke>
+                                        <input type="hidden" name="id" value=token.id />
+                                        <button type="submit" class="btn-danger" aria-label=label>"Revoke"</button>
+                                    </ActionForm>
+                                </td>
+                            </tr>
+                        }
+                    }).collect_view()}
+                </tbody>
+            </table>
+        </div>
+    }
+}

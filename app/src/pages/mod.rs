@@ -1,0 +1,9 @@
+//! One module per page, named after its route.
+
+pub mod account;
+pub mod admin;
+pub mod api_tokens;
+pub mod home;
+pub mod not_found;
+pub mod sign_in;
+pub mod sign_up;

@@ -1,0 +1,7 @@
+//! Server functions, grouped by domain. Each one finds out who is asking, calls one service
+//! function and returns its result; no rule lives here.
+//!
+//! They are served under `/rpc/<name>`, apart from the public JSON API under `/api/v1`.
+
+pub mod accounts;
+pub mod api_tokens;

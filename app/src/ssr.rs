@@ -1,0 +1,78 @@
+//! Server-side glue for server functions: the shared state, and how a server function finds
+//! the services, the session and the client address of the request it is serving.
+
+use cardpool_domain::AppError;
+use cardpool_service::{
+    Services,
+    auth::{self, ClientIp, Principal},
+};
+use leptos::prelude::*;
+use tower_sessions::Session;
+
+/// State shared by every handler; provided to server functions as context.
+#[derive(Clone)]
+pub struct AppState {
+    pub leptos_options: LeptosOptions,
+    pub services: Services,
+}
+
+impl axum::extract::FromRef<AppState> for LeptosOptions {
+    fn from_ref(state: &AppState) -> Self {
+        state.leptos_options.clone()
+    }
+}
+
+/// What a server function needs to call the service layer on behalf of its request.
+pub struct Request {
+    pub services: Services,
+    pub session: Session,
+    pub client_ip: ClientIp,
+}
+
+impl Request {
+    pub async fn current() -> Result<Self, AppError> {
+        let state = use_context::<AppState>().ok_or(AppError::Internal)?;
+        let session = leptos_axum::extract::<Session>().await.map_err(|err| {
+            tracing::error!(error = %err, "no session layer on a server function request");
+            AppError::Internal
+        })?;
+        let client_ip = leptos_axum::extract::<axum::Extension<ClientIp>>()
+            .await
+            .map(|ext| ext.0)
+            .unwrap_or_default();
+        Ok(Request { services: state.services, session, client_ip })
+    }
+
+    /// The signed-in account, or `Unauthorized`.
+    pub async fn principal(&self) -> Result<Principal, AppError> {
+        auth::require_session(&self.services, &self.session).await
+    }
+}
+
+/// Sets this page's Content-Security-Policy, allowing only scripts carrying this response's
+/// nonce (Leptos adds it to its hydration and streaming scripts).
+pub fn set_content_security_policy() {
+    let Some(nonce) = leptos::nonce::use_nonce() else { return };
+    let Some(response) = use_context::<leptos_axum::ResponseOptions>() else { return };
+    let policy = format!(
+        "default-src 'self'; script-src 'self' 'nonce-{nonce}' 'wasm-unsafe-eval'; style-src 'self'; \
+         img-src 'self' data:; connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'self'; \
+         form-action 'self'; frame-ancestors 'none'"
+    );
+    if let Ok(value) = http::HeaderValue::from_str(&policy) {
+        response.insert_header(http::header::CONTENT_SECURITY_POLICY, value);
+    }
+}
+
+/// Runs a server function's body and gives a failure the same HTTP status (and `Retry-After`)
+/// the JSON API would, instead of server_fn's blanket 500.
+pub async fn respond<T>(body: impl Future<Output = Result<T, AppError>>) -> Result<T, AppError> {
+    let result = body.await;
+    if let (Err(err), Some(response)) = (&result, use_context::<leptos_axum::ResponseOptions>()) {
+        response.set_status(http::StatusCode::from_u16(err.status()).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR));
+        if let AppError::RateLimited { retry_after_secs } = err {
+            response.insert_header(http::header::RETRY_AFTER, http::HeaderValue::from(*retry_after_secs));
+        }
+    }
+    result
+}

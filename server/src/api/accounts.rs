@@ -1,0 +1,113 @@
+//! `/api/v1/auth/*`, `/api/v1/me*` and `/api/v1/users*`.
+
+use super::{ApiError, ApiJson, ApiResult, Caller, RequestSession};
+use axum::{
+    Extension, Json,
+    extract::{Path, State},
+    http::StatusCode,
+};
+use cardpool_app::ssr::AppState;
+use cardpool_domain::{
+    AppError,
+    account::{ChangePasswordRequest, Me, SignInRequest, SignUpRequest, UserSummary},
+    error::ErrorBody,
+};
+use cardpool_service::{
+    accounts,
+    auth::{self, ClientIp},
+};
+
+/// Creates an account and signs it in (sets the session cookie).
+#[utoipa::path(post, path = "/api/v1/auth/sign-up", operation_id = "sign_up", tag = "accounts",
+    request_body = SignUpRequest,
+    responses((status = 201, body = Me), (status = 422, description = "Invalid fields", body = ErrorBody)))]
+pub async fn sign_up(
+    State(state): State<AppState>,
+    RequestSession(session): RequestSession,
+    ApiJson(request): ApiJson<SignUpRequest>,
+) -> ApiResult<(StatusCode, Json<Me>)> {
+    let me = accounts::sign_up(&state.services, &request).await?;
+    auth::start_session(&session, me.id, 0).await?;
+    Ok((StatusCode::CREATED, Json(me)))
+}
+
+/// Signs in with email and password (sets a fresh session cookie).
+#[utoipa::path(post, path = "/api/v1/auth/sign-in", operation_id = "sign_in", tag = "accounts",
+    request_body = SignInRequest,
+    responses(
+        (status = 200, body = Me),
+        (status = 401, description = "Email or password is incorrect", body = ErrorBody),
+        (status = 429, description = "Too many attempts; see Retry-After", body = ErrorBody)))]
+pub async fn sign_in(
+    State(state): State<AppState>,
+    RequestSession(session): RequestSession,
+    client_ip: Option<Extension<ClientIp>>,
+    ApiJson(request): ApiJson<SignInRequest>,
+) -> ApiResult<Json<Me>> {
+    let ip = client_ip.map(|e| e.0.0).unwrap_or_default();
+    let (me, epoch) = accounts::sign_in(&state.services, &request, ip).await?;
+    auth::start_session(&session, me.id, epoch).await?;
+    Ok(Json(me))
+}
+
+/// Ends the browser session.
+#[utoipa::path(post, path = "/api/v1/auth/sign-out", operation_id = "sign_out", tag = "accounts",
+    responses((status = 204, description = "Signed out")))]
+pub async fn sign_out(RequestSession(session): RequestSession) -> ApiResult<StatusCode> {
+    auth::end_session(&session).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The caller's own account.
+#[utoipa::path(get, path = "/api/v1/me", operation_id = "get_me", tag = "accounts",
+    security(("bearer" = []), ("session" = [])),
+    responses((status = 200, body = Me), (status = 401, body = ErrorBody)))]
+pub async fn get_me(State(state): State<AppState>, Caller(caller): Caller) -> ApiResult<Json<Me>> {
+    Ok(Json(accounts::get_me(&state.services, &caller).await?))
+}
+
+/// Changes the password; every other session of the account ends. Browser sessions only.
+#[utoipa::path(post, path = "/api/v1/me/password", operation_id = "change_password", tag = "accounts",
+    security(("session" = [])),
+    request_body = ChangePasswordRequest,
+    responses((status = 204, description = "Changed"), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn change_password(
+    State(state): State<AppState>,
+    RequestSession(session): RequestSession,
+    Caller(caller): Caller,
+    ApiJson(request): ApiJson<ChangePasswordRequest>,
+) -> ApiResult<StatusCode> {
+    let epoch = accounts::change_password(&state.services, &caller, &request).await?;
+    auth::refresh_session_epoch(&session, epoch).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Turns on provider features for the caller's account.
+#[utoipa::path(post, path = "/api/v1/me/provider", operation_id = "enable_provider", tag = "accounts",
+    security(("bearer" = []), ("session" = [])),
+    responses((status = 200, body = Me), (status = 401, body = ErrorBody)))]
+pub async fn enable_provider(State(state): State<AppState>, Caller(caller): Caller) -> ApiResult<Json<Me>> {
+    Ok(Json(accounts::enable_provider(&state.services, &caller).await?))
+}
+
+/// Every account (admins only).
+#[utoipa::path(get, path = "/api/v1/users", operation_id = "list_users", tag = "accounts",
+    security(("bearer" = []), ("session" = [])),
+    responses((status = 200, body = Vec<UserSummary>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+pub async fn list_users(State(state): State<AppState>, Caller(caller): Caller) -> ApiResult<Json<Vec<UserSummary>>> {
+    Ok(Json(accounts::list_users(&state.services, &caller).await?))
+}
+
+/// Makes an account an admin (admins only).
+#[utoipa::path(post, path = "/api/v1/users/{id}/admin", operation_id = "grant_admin", tag = "accounts",
+    security(("bearer" = []), ("session" = [])),
+    params(("id" = i64, Path, description = "Account id")),
+    responses((status = 200, body = UserSummary), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn grant_admin(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    id: Result<Path<i64>, axum::extract::rejection::PathRejection>,
+) -> ApiResult<Json<UserSummary>> {
+    let Path(id) = id.map_err(|_| ApiError(AppError::invalid_field("id", "not an account id")))?;
+    Ok(Json(accounts::grant_admin(&state.services, &caller, id).await?))
+}

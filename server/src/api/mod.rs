@@ -1,0 +1,163 @@
+//! The public JSON API under `/api/v1`, described by the OpenAPI document it serves at
+//! `/api/v1/openapi.json`.
+//!
+//! Handlers are thin: extract the caller ([`Caller`]), call one service function, map the
+//! result. Errors become a JSON [`ErrorBody`] with the status from [`AppError::status`].
+
+mod accounts;
+mod api_tokens;
+
+use axum::{
+    Json, Router,
+    extract::{FromRequest, FromRequestParts, rejection::JsonRejection},
+    http::{HeaderValue, StatusCode, header, request::Parts},
+    response::{IntoResponse, Response},
+    routing::{delete, get, post},
+};
+use cardpool_app::ssr::AppState;
+use cardpool_domain::{AppError, error::ErrorBody};
+use cardpool_service::{
+    api_tokens as tokens,
+    auth::{self, ClientIp, Principal},
+};
+use tower_sessions::Session;
+use utoipa::{
+    Modify, OpenApi,
+    openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme},
+};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/openapi.json", get(openapi_json))
+        .route("/auth/sign-up", post(accounts::sign_up))
+        .route("/auth/sign-in", post(accounts::sign_in))
+        .route("/auth/sign-out", post(accounts::sign_out))
+        .route("/me", get(accounts::get_me))
+        .route("/me/password", post(accounts::change_password))
+        .route("/me/provider", post(accounts::enable_provider))
+        .route("/users", get(accounts::list_users))
+        .route("/users/{id}/admin", post(accounts::grant_admin))
+        .route("/tokens", get(api_tokens::list_api_tokens).post(api_tokens::create_api_token))
+        .route("/tokens/{id}", delete(api_tokens::revoke_api_token))
+        .fallback(|| async { ApiError(AppError::not_found("API route")) })
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Cardpool API", description = "The GPU marketplace's JSON API. Authenticate with a session cookie (browser) or `Authorization: Bearer <personal API token>`."),
+    paths(
+        accounts::sign_up,
+        accounts::sign_in,
+        accounts::sign_out,
+        accounts::get_me,
+        accounts::change_password,
+        accounts::enable_provider,
+        accounts::list_users,
+        accounts::grant_admin,
+        api_tokens::create_api_token,
+        api_tokens::list_api_tokens,
+        api_tokens::revoke_api_token,
+    ),
+    components(schemas(ErrorBody)),
+    modifiers(&SecuritySchemes),
+    tags((name = "accounts", description = "Sign-up, sign-in and profile"), (name = "tokens", description = "Personal API tokens"))
+)]
+pub struct ApiDoc;
+
+struct SecuritySchemes;
+
+impl Modify for SecuritySchemes {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme("bearer", SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()));
+        components.add_security_scheme(
+            "session",
+            SecurityScheme::ApiKey(ApiKey::Cookie(ApiKeyValue::new(crate::http::SESSION_COOKIE))),
+        );
+    }
+}
+
+#[utoipa::path(get, path = "/api/v1/openapi.json", operation_id = "get_openapi", responses((status = 200, description = "This document")))]
+async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}
+
+/// An [`AppError`] answered as JSON.
+#[derive(Debug)]
+pub struct ApiError(pub AppError);
+
+impl From<AppError> for ApiError {
+    fn from(err: AppError) -> Self {
+        ApiError(err)
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> Self {
+        ApiError(AppError::Validation { message: rejection.body_text(), fields: Default::default() })
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.0.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut response = (status, Json(ErrorBody::from(&self.0))).into_response();
+        match self.0 {
+            AppError::RateLimited { retry_after_secs } => {
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+            }
+            AppError::Unauthorized => {
+                response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            _ => {}
+        }
+        response
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+/// `Json<T>` whose rejections are our JSON errors.
+#[derive(FromRequest)]
+#[from_request(via(Json), rejection(ApiError))]
+pub struct ApiJson<T>(pub T);
+
+/// The authenticated caller: a bearer token if one is sent, else the browser session.
+pub struct Caller(pub Principal);
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        if let Some(value) = parts.headers.get(header::AUTHORIZATION) {
+            let secret = value
+                .to_str()
+                .ok()
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .ok_or(ApiError(AppError::Unauthorized))?;
+            return Ok(Caller(tokens::authenticate(&state.services, secret.trim()).await?));
+        }
+        let session = session(parts).await?;
+        Ok(Caller(auth::require_session(&state.services, &session).await?))
+    }
+}
+
+async fn session(parts: &mut Parts) -> Result<Session, ApiError> {
+    Session::from_request_parts(parts, &()).await.map_err(|_| ApiError(AppError::Internal))
+}
+
+/// The browser session of the request (sign-in and sign-out act on it).
+pub struct RequestSession(pub Session);
+
+impl<S: Send + Sync> FromRequestParts<S> for RequestSession {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(RequestSession(session(parts).await?))
+    }
+}
+
+/// The client address decided by the `client_ip` middleware.
+pub fn client_ip(parts: &Parts) -> ClientIp {
+    parts.extensions.get::<ClientIp>().copied().unwrap_or_default()
+}

@@ -1,0 +1,139 @@
+//! Layered configuration: built-in defaults, then an optional TOML file, then `CARDPOOL_*`
+//! environment variables (and `DATABASE_URL`), then command-line flags.
+//!
+//! Secrets (the database URL may carry a password) live in [`Secret`], which never prints.
+
+use figment::{
+    Figment,
+    providers::{Env, Format, Serialized, Toml},
+};
+use serde::{Deserialize, Serialize};
+use std::{net::SocketAddr, path::PathBuf};
+
+/// A value that must not reach logs. `Debug` and `Display` print `***`.
+#[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("***")
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct Config {
+    /// Where to listen.
+    pub addr: SocketAddr,
+    /// `sqlite://cardpool.db?mode=rwc` (default) or `postgres://user@host/db`.
+    pub database_url: Secret,
+    /// The URL people use to reach Cardpool (`https://...` turns on Secure cookies and HSTS).
+    pub public_url: Option<String>,
+    /// Where cargo-leptos put the site (the wasm bundle, CSS, public assets).
+    pub site_root: PathBuf,
+    /// Take the client address from `X-Forwarded-For` (only behind a proxy you run).
+    pub trust_forwarded_for: bool,
+    /// Idle session lifetime, seconds.
+    pub session_idle_secs: u64,
+    /// Absolute session lifetime, seconds.
+    pub session_absolute_secs: u64,
+    /// Failed sign-ins allowed per account per window.
+    pub sign_in_failures_per_account: u32,
+    /// Sign-in attempts allowed per client IP per window.
+    pub sign_in_attempts_per_ip: u32,
+    /// Window of both sign-in limits, seconds.
+    pub sign_in_window_secs: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        let session = cardpool_service::auth::SessionPolicy::default();
+        Config {
+            addr: SocketAddr::from(([127, 0, 0, 1], 3000)),
+            database_url: Secret::new("sqlite://cardpool.db?mode=rwc"),
+            public_url: None,
+            site_root: PathBuf::from("target/site"),
+            trust_forwarded_for: false,
+            session_idle_secs: session.idle.as_secs(),
+            session_absolute_secs: session.absolute.as_secs(),
+            sign_in_failures_per_account: 5,
+            sign_in_attempts_per_ip: 30,
+            sign_in_window_secs: 15 * 60,
+        }
+    }
+}
+
+impl Config {
+    /// Defaults ← `file` (if given, or `cardpool.toml` if present) ← environment.
+    pub fn load(file: Option<&std::path::Path>) -> Result<Self, Box<figment::Error>> {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        match file {
+            Some(path) => figment = figment.merge(Toml::file_exact(path)),
+            None => figment = figment.merge(Toml::file("cardpool.toml")),
+        }
+        figment
+            .merge(Env::raw().only(&["DATABASE_URL"]))
+            .merge(Env::prefixed("CARDPOOL_"))
+            .extract()
+            .map_err(Box::new)
+    }
+
+    /// Whether people reach us over https (cookies get `Secure`, responses HSTS).
+    pub fn served_over_https(&self) -> bool {
+        self.public_url.as_deref().is_some_and(|url| url.starts_with("https://"))
+    }
+
+    /// The service layer's share of the configuration.
+    pub fn service_settings(&self) -> cardpool_service::Settings {
+        use cardpool_service::rate_limit::{Limit, SignInLimits};
+        use std::time::Duration;
+        let window = Duration::from_secs(self.sign_in_window_secs);
+        cardpool_service::Settings {
+            session: cardpool_service::auth::SessionPolicy {
+                idle: Duration::from_secs(self.session_idle_secs),
+                absolute: Duration::from_secs(self.session_absolute_secs),
+            },
+            sign_in_limits: SignInLimits {
+                per_account: Limit { max: self.sign_in_failures_per_account, window },
+                per_ip: Limit { max: self.sign_in_attempts_per_ip, window },
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_do_not_print() {
+        let config = Config { database_url: Secret::new("postgres://u:hunter2@db/x"), ..Config::default() };
+        assert!(!format!("{config:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn layers_apply_in_order() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("cardpool.toml", "addr = \"127.0.0.1:4000\"\npublic_url = \"https://gpu.example\"")?;
+            jail.set_env("CARDPOOL_ADDR", "0.0.0.0:5000");
+            jail.set_env("DATABASE_URL", "postgres://db/cardpool");
+            let config = Config::load(None).expect("config loads");
+            assert_eq!(config.addr.to_string(), "0.0.0.0:5000");
+            assert_eq!(config.database_url.expose(), "postgres://db/cardpool");
+            assert!(config.served_over_https());
+            assert_eq!(config.site_root, PathBuf::from("target/site"));
+            Ok(())
+        });
+    }
+}

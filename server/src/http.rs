@@ -1,0 +1,192 @@
+//! The HTTP stack: routes, sessions and the middleware every request passes through.
+
+use crate::{Config, api};
+use axum::{
+    Router,
+    extract::{ConnectInfo, Request, State},
+    http::{HeaderMap, HeaderValue, Method, StatusCode, header},
+    middleware::{Next, from_fn_with_state},
+    response::{IntoResponse, Response},
+    routing::get,
+};
+use cardpool_app::{App, shell, ssr::AppState};
+use cardpool_service::{Services, auth::ClientIp, db, session_store::DbSessionStore};
+use leptos::prelude::*;
+use leptos_axum::{LeptosRoutes, generate_route_list};
+use std::{net::SocketAddr, sync::Arc};
+use tower_sessions::{Expiry, SessionManagerLayer, cookie::SameSite};
+
+/// Name of the session cookie.
+pub const SESSION_COOKIE: &str = "cardpool_session";
+
+/// Options of the HTTP layer that come from configuration.
+#[derive(Clone, Debug)]
+pub struct HttpOptions {
+    pub https: bool,
+    pub trust_forwarded_for: bool,
+    pub public_origin: Option<String>,
+}
+
+impl HttpOptions {
+    pub fn from_config(config: &Config) -> Self {
+        HttpOptions {
+            https: config.served_over_https(),
+            trust_forwarded_for: config.trust_forwarded_for,
+            public_origin: config.public_url.as_deref().map(|u| u.trim_end_matches('/').to_owned()),
+        }
+    }
+}
+
+/// Leptos options for serving the site cargo-leptos built under `site_root`.
+pub fn leptos_options(config: &Config) -> LeptosOptions {
+    LeptosOptions::builder()
+        .output_name("cardpool")
+        .site_root(config.site_root.to_string_lossy().into_owned())
+        .site_pkg_dir("pkg")
+        .site_addr(config.addr)
+        .build()
+}
+
+/// The whole application as one router.
+pub fn router(services: Services, leptos_options: LeptosOptions, options: HttpOptions) -> Router {
+    let idle = time::Duration::try_from(services.settings.session.idle).unwrap_or(time::Duration::hours(12));
+    let sessions = SessionManagerLayer::new(DbSessionStore::new(services.db.clone()))
+        .with_name(SESSION_COOKIE)
+        .with_http_only(true)
+        .with_same_site(SameSite::Lax)
+        .with_secure(options.https)
+        .with_expiry(Expiry::OnInactivity(idle));
+    let state = AppState { leptos_options, services };
+    let routes = generate_route_list(App);
+    let options = Arc::new(options);
+
+    Router::new()
+        .route("/healthz", get(healthz))
+        .nest("/api/v1", api::router())
+        .leptos_routes(&state, routes, {
+            let leptos_options = state.leptos_options.clone();
+            move || shell(leptos_options.clone())
+        })
+        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
+        .layer(sessions)
+        .layer(from_fn_with_state(options.clone(), reject_cross_site))
+        .layer(from_fn_with_state(options.clone(), client_ip))
+        .layer(from_fn_with_state(options, security_headers))
+        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+/// `200 ok` when the database answers, `503` otherwise.
+async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
+    if db::ping(&state.services.db).await {
+        (StatusCode::OK, "ok")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "database unreachable")
+    }
+}
+
+/// Decides the client address once, for the sign-in throttle and logs.
+async fn client_ip(State(options): State<Arc<HttpOptions>>, mut req: Request, next: Next) -> Response {
+    let peer = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
+    let forwarded = options
+        .trust_forwarded_for
+        .then(|| req.headers().get("x-forwarded-for")?.to_str().ok()?.split(',').next()?.trim().parse().ok())
+        .flatten();
+    req.extensions_mut().insert(ClientIp(forwarded.or(peer)));
+    next.run(req).await
+}
+
+/// Refuses state-changing requests that a browser sent on behalf of another site.
+///
+/// Browsers label every request with `Sec-Fetch-Site` and send `Origin` on every POST; we
+/// accept only same-origin ones. A request with neither header is not from a modern browser
+/// (curl, an SDK with a bearer token) and is accepted only if it carries no session cookie,
+/// since the cookie is the one thing a forged request could borrow.
+async fn reject_cross_site(State(options): State<Arc<HttpOptions>>, req: Request, next: Next) -> Response {
+    if matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
+        return next.run(req).await;
+    }
+    match cross_site_verdict(req.headers(), options.public_origin.as_deref()) {
+        Ok(()) => next.run(req).await,
+        Err(reason) => {
+            tracing::warn!(path = %req.uri().path(), reason, "cross-site request refused");
+            api::ApiError(cardpool_domain::AppError::forbidden(format!("cross-site request refused: {reason}")))
+                .into_response()
+        }
+    }
+}
+
+fn cross_site_verdict(headers: &HeaderMap, public_origin: Option<&str>) -> Result<(), &'static str> {
+    let fetch_site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok());
+    if let Some(site) = fetch_site {
+        if site != "same-origin" && site != "none" {
+            return Err("Sec-Fetch-Site is not same-origin");
+        }
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin.to_str().map_err(|_| "malformed Origin")?;
+        let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
+        let origin_host = origin.split_once("://").map(|(_, rest)| rest).unwrap_or("");
+        let matches_host = !host.is_empty() && origin_host == host;
+        let matches_public = public_origin.is_some_and(|p| p == origin);
+        return if matches_host || matches_public { Ok(()) } else { Err("Origin does not match this site") };
+    }
+    if fetch_site.is_some() {
+        return Ok(());
+    }
+    let has_session_cookie = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.split(';').any(|c| c.trim_start().starts_with(SESSION_COOKIE)));
+    if has_session_cookie { Err("no Origin on a cookie-authenticated request") } else { Ok(()) }
+}
+
+/// Headers every response gets. Pages set their own nonce-based Content-Security-Policy; any
+/// other response gets one that allows nothing.
+async fn security_headers(State(options): State<Arc<HttpOptions>>, req: Request, next: Next) -> Response {
+    let mut response = next.run(req).await;
+    let headers = response.headers_mut();
+    let defaults = [
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::REFERRER_POLICY, "strict-origin-when-cross-origin"),
+        (header::HeaderName::from_static("cross-origin-opener-policy"), "same-origin"),
+        (header::HeaderName::from_static("permissions-policy"), "camera=(), microphone=(), geolocation=(), payment=()"),
+        (header::CONTENT_SECURITY_POLICY, "default-src 'none'; frame-ancestors 'none'; base-uri 'none'"),
+    ];
+    for (name, value) in defaults {
+        headers.entry(name).or_insert(HeaderValue::from_static(value));
+    }
+    if options.https {
+        headers.insert(header::STRICT_TRANSPORT_SECURITY, HeaderValue::from_static("max-age=31536000; includeSubDomains"));
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        pairs.iter().map(|(k, v)| (header::HeaderName::from_static(k), HeaderValue::from_static(v))).collect()
+    }
+
+    #[test]
+    fn cross_site_rules() {
+        let same = headers(&[("host", "app.test"), ("origin", "http://app.test"), ("sec-fetch-site", "same-origin")]);
+        assert!(cross_site_verdict(&same, None).is_ok());
+        let evil = headers(&[("host", "app.test"), ("origin", "https://evil.test")]);
+        assert!(cross_site_verdict(&evil, None).is_err());
+        let fetch_cross = headers(&[("host", "app.test"), ("sec-fetch-site", "cross-site")]);
+        assert!(cross_site_verdict(&fetch_cross, None).is_err());
+        let same_site = headers(&[("host", "app.test"), ("sec-fetch-site", "same-site"), ("origin", "http://app.test")]);
+        assert!(cross_site_verdict(&same_site, None).is_err());
+        let cli = headers(&[("host", "app.test"), ("authorization", "Bearer cpt_x")]);
+        assert!(cross_site_verdict(&cli, None).is_ok());
+        let cookie_only = headers(&[("host", "app.test"), ("cookie", "cardpool_session=abc")]);
+        assert!(cross_site_verdict(&cookie_only, None).is_err());
+        let proxied = headers(&[("host", "10.0.0.5:3000"), ("origin", "https://gpu.example")]);
+        assert!(cross_site_verdict(&proxied, Some("https://gpu.example")).is_ok());
+    }
+}

@@ -1,0 +1,384 @@
+//! HTTP tests against the real router on a real socket, on SQLite and PostgreSQL: auth flows,
+//! token auth, the sign-in throttle, cross-site rejection, 401/403, headers and pages.
+
+use cardpool_server::{Config, http};
+use cardpool_service::{
+    Services, Settings, backend_tests,
+    entities::users,
+    rate_limit::{Limit, SignInLimits},
+    testing::{self, Backend, TestDb},
+};
+use reqwest::{Client, StatusCode, header};
+use sea_orm::{EntityTrait, PaginatorTrait};
+use serde_json::{Value, json};
+use std::{net::SocketAddr, time::Duration};
+
+const PASSWORD: &str = "correct horse battery";
+
+struct TestApp {
+    base: String,
+    services: Services,
+    _db: TestDb,
+}
+
+impl TestApp {
+    async fn spawn(backend: Backend) -> Self {
+        Self::spawn_with(backend, Settings::default()).await
+    }
+
+    async fn spawn_with(backend: Backend, settings: Settings) -> Self {
+        let (db, services) = testing::services(backend, settings).await;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let config = Config { addr, ..Config::default() };
+        let app = http::router(services.clone(), http::leptos_options(&config), http::HttpOptions::from_config(&config));
+        tokio::spawn(async move {
+            axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await.unwrap();
+        });
+        TestApp { base: format!("http://{addr}"), services, _db: db }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// A browser-like client: keeps cookies and sends this site's Origin, as browsers do.
+    fn browser(&self) -> Client {
+        let mut headers = header::HeaderMap::new();
+        headers.insert(header::ORIGIN, self.base.parse().unwrap());
+        Client::builder()
+            .cookie_store(true)
+            .default_headers(headers)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap()
+    }
+
+    async fn sign_up(&self, client: &Client, email: &str) -> Value {
+        let res = client.post(self.url("/api/v1/auth/sign-up")).json(&json!({"email": email, "password": PASSWORD})).send().await.unwrap();
+        assert_eq!(res.status(), StatusCode::CREATED);
+        res.json().await.unwrap()
+    }
+
+    async fn sign_in(&self, client: &Client, email: &str, password: &str) -> reqwest::Response {
+        client.post(self.url("/api/v1/auth/sign-in")).json(&json!({"email": email, "password": password})).send().await.unwrap()
+    }
+
+    async fn status_of_me(&self, client: &Client) -> StatusCode {
+        client.get(self.url("/api/v1/me")).send().await.unwrap().status()
+    }
+
+    async fn user_count(&self) -> u64 {
+        users::Entity::find().count(&self.services.db).await.unwrap()
+    }
+}
+
+fn session_cookie(res: &reqwest::Response) -> Option<String> {
+    res.headers()
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with("cardpool_session="))
+        .map(str::to_owned)
+}
+
+backend_tests!(
+    sign_up_sign_out_sign_in_flow,
+    session_id_rotates_at_sign_in,
+    bad_input_gets_field_errors_and_writes_nothing,
+    bearer_tokens_authenticate_until_revoked,
+    sign_in_is_rate_limited_with_retry_after,
+    cross_site_state_changes_are_refused,
+    unauthenticated_and_forbidden,
+    password_change_ends_other_sessions,
+    pages_health_and_headers,
+    server_functions_work_as_plain_form_posts,
+);
+
+async fn sign_up_sign_out_sign_in_flow(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let client = app.browser();
+    let res = client.post(app.url("/api/v1/auth/sign-up")).json(&json!({"email": "Ann@Example.com", "password": PASSWORD})).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::CREATED);
+    let cookie = session_cookie(&res).expect("sign-up sets the session cookie");
+    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Lax"), "{cookie}");
+    assert!(!cookie.contains("Secure"), "plain http must not mark the cookie Secure: {cookie}");
+    let me: Value = res.json().await.unwrap();
+    assert_eq!(me["email"], "ann@example.com");
+    assert_eq!(me["roles"], json!({"renter": true, "provider": false, "admin": false}));
+
+    let res = client.get(app.url("/api/v1/me")).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.json::<Value>().await.unwrap()["email"], "ann@example.com");
+
+    let res = client.post(app.url("/api/v1/me/provider")).send().await.unwrap();
+    assert_eq!(res.json::<Value>().await.unwrap()["roles"]["provider"], true);
+
+    assert_eq!(client.post(app.url("/api/v1/auth/sign-out")).send().await.unwrap().status(), StatusCode::NO_CONTENT);
+    assert_eq!(app.status_of_me(&client).await, StatusCode::UNAUTHORIZED);
+
+    let res = app.sign_in(&client, "ann@example.com", PASSWORD).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(app.status_of_me(&client).await, StatusCode::OK);
+}
+
+async fn session_id_rotates_at_sign_in(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let client = app.browser();
+    app.sign_up(&client, "rot@example.com").await;
+    let first = session_cookie(&app.sign_in(&client, "rot@example.com", PASSWORD).await).unwrap();
+    let second = session_cookie(&app.sign_in(&client, "rot@example.com", PASSWORD).await).unwrap();
+    let id = |c: &str| c.split(';').next().unwrap().to_owned();
+    assert_ne!(id(&first), id(&second), "sign-in must issue a new session id");
+
+    let replay = Client::new()
+        .get(app.url("/api/v1/me"))
+        .header(header::COOKIE, id(&first))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replay.status(), StatusCode::UNAUTHORIZED, "the pre-sign-in session id is dead");
+}
+
+async fn bad_input_gets_field_errors_and_writes_nothing(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let client = app.browser();
+    let res = client.post(app.url("/api/v1/auth/sign-up")).json(&json!({"email": "nope", "password": "short"})).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body["error"], "validation");
+    assert!(body["fields"]["email"].is_string() && body["fields"]["password"].is_string(), "{body}");
+
+    let res = client
+        .post(app.url("/api/v1/auth/sign-up"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert!(res.status().is_client_error());
+    assert_eq!(res.json::<Value>().await.unwrap()["error"], "validation");
+    assert_eq!(app.user_count().await, 0);
+
+    app.sign_up(&client, "dup@example.com").await;
+    let res = client.post(app.url("/api/v1/auth/sign-up")).json(&json!({"email": "DUP@example.com", "password": PASSWORD})).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(res.json::<Value>().await.unwrap()["fields"]["email"], "an account with this email already exists");
+    assert_eq!(app.user_count().await, 1);
+}
+
+async fn bearer_tokens_authenticate_until_revoked(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let browser = app.browser();
+    app.sign_up(&browser, "tok@example.com").await;
+    let res = browser.post(app.url("/api/v1/tokens")).json(&json!({"name": "ci"})).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::CREATED);
+    let created: Value = res.json().await.unwrap();
+    let secret = created["secret"].as_str().unwrap().to_owned();
+    let id = created["token"]["id"].as_i64().unwrap();
+
+    let cli = Client::new();
+    let me = cli.get(app.url("/api/v1/me")).bearer_auth(&secret).send().await.unwrap();
+    assert_eq!(me.status(), StatusCode::OK);
+    assert_eq!(me.json::<Value>().await.unwrap()["email"], "tok@example.com");
+
+    let listed: Value = cli.get(app.url("/api/v1/tokens")).bearer_auth(&secret).send().await.unwrap().json().await.unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+    assert!(!listed.to_string().contains(&secret), "listing never reveals a secret");
+
+    let wrong = cli.get(app.url("/api/v1/me")).bearer_auth("cpt_not-a-real-token").send().await.unwrap();
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+
+    let revoked = cli.delete(app.url(&format!("/api/v1/tokens/{id}"))).bearer_auth(&secret).send().await.unwrap();
+    assert_eq!(revoked.status(), StatusCode::NO_CONTENT);
+    assert_eq!(cli.get(app.url("/api/v1/me")).bearer_auth(&secret).send().await.unwrap().status(), StatusCode::UNAUTHORIZED);
+
+    let bearer_password_change = cli
+        .post(app.url("/api/v1/me/password"))
+        .bearer_auth(&secret)
+        .json(&json!({"current_password": PASSWORD, "new_password": "another long secret"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bearer_password_change.status(), StatusCode::UNAUTHORIZED);
+}
+
+async fn sign_in_is_rate_limited_with_retry_after(backend: Backend) {
+    let settings = Settings {
+        sign_in_limits: SignInLimits {
+            per_account: Limit { max: 3, window: Duration::from_secs(300) },
+            per_ip: Limit { max: 5, window: Duration::from_secs(300) },
+        },
+        ..Settings::default()
+    };
+    let app = TestApp::spawn_with(backend, settings).await;
+    let client = app.browser();
+    app.sign_up(&client, "lim@example.com").await;
+    for _ in 0..3 {
+        let res = app.sign_in(&client, "lim@example.com", "wrong password!").await;
+        assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(res.json::<Value>().await.unwrap()["message"], "email or password is incorrect");
+    }
+    let res = app.sign_in(&client, "lim@example.com", PASSWORD).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = res.headers()[header::RETRY_AFTER].to_str().unwrap().parse().unwrap();
+    assert!(retry > 200 && retry <= 300, "Retry-After {retry}");
+
+    // Per IP: every attempt counts, whichever account it names.
+    for n in 0..2 {
+        assert_eq!(app.sign_in(&client, &format!("other{n}@example.com"), PASSWORD).await.status(), StatusCode::UNAUTHORIZED);
+    }
+    assert_eq!(app.sign_in(&client, "fresh@example.com", PASSWORD).await.status(), StatusCode::TOO_MANY_REQUESTS);
+}
+
+async fn cross_site_state_changes_are_refused(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let plain = Client::builder().cookie_store(true).build().unwrap();
+    let evil = plain
+        .post(app.url("/api/v1/auth/sign-up"))
+        .header(header::ORIGIN, "https://evil.example")
+        .json(&json!({"email": "csrf@example.com", "password": PASSWORD}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(evil.status(), StatusCode::FORBIDDEN);
+    let cross = plain
+        .post(app.url("/rpc/sign_up"))
+        .header("sec-fetch-site", "cross-site")
+        .form(&[("email", "csrf@example.com"), ("password", PASSWORD)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cross.status(), StatusCode::FORBIDDEN);
+    assert_eq!(app.user_count().await, 0, "refused requests change nothing");
+
+    // Signed in, then a cookie-carrying request without any provenance header: refused.
+    let browser = app.browser();
+    app.sign_up(&browser, "victim@example.com").await;
+    let cookie = session_cookie(&app.sign_in(&browser, "victim@example.com", PASSWORD).await).unwrap();
+    let forged = Client::new()
+        .post(app.url("/api/v1/tokens"))
+        .header(header::COOKIE, cookie.split(';').next().unwrap())
+        .json(&json!({"name": "stolen"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+    let tokens: Value = browser.get(app.url("/api/v1/tokens")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(tokens, json!([]));
+}
+
+async fn unauthenticated_and_forbidden(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let anon = Client::new();
+    let res = anon.get(app.url("/api/v1/me")).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(res.headers()[header::WWW_AUTHENTICATE], "Bearer");
+    assert_eq!(anon.get(app.url("/api/v1/tokens")).send().await.unwrap().status(), StatusCode::UNAUTHORIZED);
+
+    let renter = app.browser();
+    let renter_me = app.sign_up(&renter, "plain@example.com").await;
+    assert_eq!(renter.get(app.url("/api/v1/users")).send().await.unwrap().status(), StatusCode::FORBIDDEN);
+    let path = format!("/api/v1/users/{}/admin", renter_me["id"]);
+    assert_eq!(renter.post(app.url(&path)).send().await.unwrap().status(), StatusCode::FORBIDDEN);
+
+    cardpool_service::accounts::create_admin(&app.services, "boss@example.com", Some("boss password 123")).await.unwrap();
+    let admin = app.browser();
+    assert_eq!(app.sign_in(&admin, "boss@example.com", "boss password 123").await.status(), StatusCode::OK);
+    let users: Value = admin.get(app.url("/api/v1/users")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(users.as_array().unwrap().len(), 2);
+    let promoted: Value = admin.post(app.url(&path)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(promoted["roles"]["admin"], true);
+    assert_eq!(renter.get(app.url("/api/v1/users")).send().await.unwrap().status(), StatusCode::OK);
+    assert_eq!(anon.get(app.url("/api/v1/nothing-here")).send().await.unwrap().status(), StatusCode::NOT_FOUND);
+}
+
+async fn password_change_ends_other_sessions(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let laptop = app.browser();
+    let phone = app.browser();
+    app.sign_up(&laptop, "pw@example.com").await;
+    assert_eq!(app.sign_in(&phone, "pw@example.com", PASSWORD).await.status(), StatusCode::OK);
+
+    let wrong = laptop
+        .post(app.url("/api/v1/me/password"))
+        .json(&json!({"current_password": "not my password", "new_password": "a new long secret"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(app.status_of_me(&phone).await, StatusCode::OK, "a failed change ends nothing");
+
+    let res = laptop
+        .post(app.url("/api/v1/me/password"))
+        .json(&json!({"current_password": PASSWORD, "new_password": "a new long secret"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::NO_CONTENT);
+    assert_eq!(app.status_of_me(&laptop).await, StatusCode::OK, "the changing session stays signed in");
+    assert_eq!(app.status_of_me(&phone).await, StatusCode::UNAUTHORIZED, "other sessions end");
+    assert_eq!(app.sign_in(&phone, "pw@example.com", "a new long secret").await.status(), StatusCode::OK);
+}
+
+async fn pages_health_and_headers(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let client = Client::new();
+    let health = client.get(app.url("/healthz")).send().await.unwrap();
+    assert_eq!(health.status(), StatusCode::OK);
+
+    let home = client.get(app.url("/")).send().await.unwrap();
+    assert_eq!(home.status(), StatusCode::OK);
+    let csp = home.headers()[header::CONTENT_SECURITY_POLICY].to_str().unwrap().to_owned();
+    assert!(csp.contains("'nonce-") && csp.contains("frame-ancestors 'none'"), "{csp}");
+    assert_eq!(home.headers()[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
+    assert_eq!(home.headers()[header::REFERRER_POLICY], "strict-origin-when-cross-origin");
+    let nonce = csp.split("'nonce-").nth(1).unwrap().split('\'').next().unwrap().to_owned();
+    let html = home.text().await.unwrap();
+    assert!(html.contains("Rent GPUs by the second"));
+    assert!(html.contains(&format!("nonce=\"{nonce}\"")), "hydration script carries the nonce");
+
+    for page in ["/sign-up", "/sign-in", "/account", "/account/tokens"] {
+        assert_eq!(client.get(app.url(page)).send().await.unwrap().status(), StatusCode::OK, "{page}");
+    }
+    let missing = client.get(app.url("/no/such/page")).send().await.unwrap();
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+    assert!(missing.text().await.unwrap().contains("Page not found"));
+
+    let doc: Value = client.get(app.url("/api/v1/openapi.json")).send().await.unwrap().json().await.unwrap();
+    let mut ids: Vec<String> = doc["paths"]
+        .as_object()
+        .unwrap()
+        .values()
+        .flat_map(|ops| ops.as_object().unwrap().values().filter_map(|op| op["operationId"].as_str().map(str::to_owned)))
+        .collect();
+    ids.sort();
+    for expected in ["sign_up", "sign_in", "sign_out", "get_me", "create_api_token", "list_api_tokens", "revoke_api_token"] {
+        assert!(ids.iter().any(|id| id == expected), "{expected} missing from {ids:?}");
+    }
+}
+
+async fn server_functions_work_as_plain_form_posts(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let client = app.browser();
+    let res = client
+        .post(app.url("/rpc/sign_up"))
+        .header(header::ACCEPT, "text/html")
+        .header(header::REFERER, app.url("/sign-up"))
+        .form(&[("email", "form@example.com"), ("password", PASSWORD)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::FOUND, "a no-JS form post is redirected back");
+    assert!(session_cookie(&res).is_some());
+    assert_eq!(app.status_of_me(&client).await, StatusCode::OK);
+
+    let res = client.post(app.url("/rpc/get_me")).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.json::<Value>().await.unwrap()["email"], "form@example.com");
+
+    let bad = app.browser().post(app.url("/rpc/sign_in")).form(&[("email", "form@example.com"), ("password", "wrong one!!")]).send().await.unwrap();
+    assert_eq!(bad.status(), StatusCode::UNAUTHORIZED, "server functions answer with the error's status");
+    let body: Value = bad.json().await.unwrap();
+    assert_eq!(body["error"], "invalid_credentials");
+}
