@@ -20,8 +20,8 @@ use leptos_router::{
     path,
 };
 use pages::{
-    account::AccountPage, admin::AdminUsersPage, api_tokens::ApiTokensPage, home::HomePage,
-    not_found::NotFoundPage, sign_in::SignInPage, sign_up::SignUpPage,
+    account::AccountPage, admin::AdminUsersPage, api_tokens::ApiTokensPage, home::HomePage, not_found::NotFoundPage,
+    sign_in::SignInPage, sign_up::SignUpPage,
 };
 
 /// The HTML document around the app, rendered on the server only.

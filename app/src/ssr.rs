@@ -36,10 +36,7 @@ impl Request {
             tracing::error!(error = %err, "no session layer on a server function request");
             AppError::Internal
         })?;
-        let client_ip = leptos_axum::extract::<axum::Extension<ClientIp>>()
-            .await
-            .map(|ext| ext.0)
-            .unwrap_or_default();
+        let client_ip = leptos_axum::extract::<axum::Extension<ClientIp>>().await.map(|ext| ext.0).unwrap_or_default();
         Ok(Request { services: state.services, session, client_ip })
     }
 
@@ -69,7 +66,8 @@ pub fn set_content_security_policy() {
 pub async fn respond<T>(body: impl Future<Output = Result<T, AppError>>) -> Result<T, AppError> {
     let result = body.await;
     if let (Err(err), Some(response)) = (&result, use_context::<leptos_axum::ResponseOptions>()) {
-        response.set_status(http::StatusCode::from_u16(err.status()).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR));
+        response
+            .set_status(http::StatusCode::from_u16(err.status()).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR));
         if let AppError::RateLimited { retry_after_secs } = err {
             response.insert_header(http::header::RETRY_AFTER, http::HeaderValue::from(*retry_after_secs));
         }

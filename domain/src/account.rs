@@ -34,11 +34,8 @@ impl Email {
             && !domain.starts_with('.')
             && !domain.ends_with('.')
             && !domain.contains("..")
-            && domain
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-');
-        if local.is_empty() || local.len() > 64 || !domain_ok || email.chars().any(char::is_whitespace)
-        {
+            && domain.chars().all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-');
+        if local.is_empty() || local.len() > 64 || !domain_ok || email.chars().any(char::is_whitespace) {
             return Err("that does not look like an email address".into());
         }
         Ok(Email(email))
@@ -133,15 +130,11 @@ impl SignUpRequest {
     pub fn validate(&self) -> Result<NewAccount, AppError> {
         let mut fields = FieldErrors::new();
         let email = Email::parse(&self.email).map_err(|m| fields.insert("email".into(), m)).ok();
-        let password =
-            Password::parse(&self.password).map_err(|m| fields.insert("password".into(), m)).ok();
+        let password = Password::parse(&self.password).map_err(|m| fields.insert("password".into(), m)).ok();
         match (email, password) {
             (Some(email), Some(password)) if fields.is_empty() => {
                 if password.expose().trim().eq_ignore_ascii_case(email.as_str()) {
-                    return Err(AppError::invalid_field(
-                        "password",
-                        "your password must not be your email address",
-                    ));
+                    return Err(AppError::invalid_field("password", "your password must not be your email address"));
                 }
                 Ok(NewAccount { email, password })
             }
@@ -210,10 +203,7 @@ impl CreateApiTokenRequest {
             return Err(AppError::invalid_field("name", "give the token a name"));
         }
         if name.chars().count() > MAX_TOKEN_NAME_LEN {
-            return Err(AppError::invalid_field(
-                "name",
-                format!("use at most {MAX_TOKEN_NAME_LEN} characters"),
-            ));
+            return Err(AppError::invalid_field("name", format!("use at most {MAX_TOKEN_NAME_LEN} characters")));
         }
         if name.chars().any(char::is_control) {
             return Err(AppError::invalid_field("name", "use printable characters only"));
@@ -241,9 +231,7 @@ mod tests {
 
     #[test]
     fn sign_up_reports_every_bad_field() {
-        let err = SignUpRequest { email: "nope".into(), password: "short".into() }
-            .validate()
-            .unwrap_err();
+        let err = SignUpRequest { email: "nope".into(), password: "short".into() }.validate().unwrap_err();
         assert!(err.field("email").is_some());
         assert!(err.field("password").is_some());
     }

@@ -50,18 +50,12 @@ impl AppError {
     /// A validation failure on one field.
     pub fn invalid_field(field: &str, message: impl Into<String>) -> Self {
         let message = message.into();
-        AppError::Validation {
-            fields: BTreeMap::from([(field.to_owned(), message.clone())]),
-            message,
-        }
+        AppError::Validation { fields: BTreeMap::from([(field.to_owned(), message.clone())]), message }
     }
 
     /// A validation failure on several fields at once (shown together in forms).
     pub fn invalid_fields(fields: FieldErrors) -> Self {
-        AppError::Validation {
-            message: "please correct the highlighted fields".into(),
-            fields,
-        }
+        AppError::Validation { message: "please correct the highlighted fields".into(), fields }
     }
 
     pub fn forbidden(message: impl Into<String>) -> Self {
@@ -121,10 +115,7 @@ impl FromServerFnError for AppError {
     fn from_server_fn_error(value: ServerFnErrorErr) -> Self {
         match value {
             ServerFnErrorErr::Args(message) | ServerFnErrorErr::Deserialization(message) => {
-                AppError::Validation {
-                    message,
-                    fields: FieldErrors::new(),
-                }
+                AppError::Validation { message, fields: FieldErrors::new() }
             }
             _ => AppError::Internal,
         }

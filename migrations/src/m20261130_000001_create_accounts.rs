@@ -72,11 +72,7 @@ impl MigrationTrait for Migration {
             .await?;
         manager
             .create_index(
-                Index::create()
-                    .name("idx_api_tokens_user")
-                    .table(ApiTokens::Table)
-                    .col(ApiTokens::UserId)
-                    .to_owned(),
+                Index::create().name("idx_api_tokens_user").table(ApiTokens::Table).col(ApiTokens::UserId).to_owned(),
             )
             .await
     }

@@ -82,11 +82,7 @@ impl Config {
             Some(path) => figment = figment.merge(Toml::file_exact(path)),
             None => figment = figment.merge(Toml::file("cardpool.toml")),
         }
-        figment
-            .merge(Env::raw().only(&["DATABASE_URL"]))
-            .merge(Env::prefixed("CARDPOOL_"))
-            .extract()
-            .map_err(Box::new)
+        figment.merge(Env::raw().only(&["DATABASE_URL"])).merge(Env::prefixed("CARDPOOL_")).extract().map_err(Box::new)
     }
 
     /// Whether people reach us over https (cookies get `Secure`, responses HSTS).
@@ -123,6 +119,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail API fixes the closure's error type
     fn layers_apply_in_order() {
         figment::Jail::expect_with(|jail| {
             jail.create_file("cardpool.toml", "addr = \"127.0.0.1:4000\"\npublic_url = \"https://gpu.example\"")?;

@@ -118,10 +118,8 @@ async fn reject_cross_site(State(options): State<Arc<HttpOptions>>, req: Request
 
 fn cross_site_verdict(headers: &HeaderMap, public_origin: Option<&str>) -> Result<(), &'static str> {
     let fetch_site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok());
-    if let Some(site) = fetch_site {
-        if site != "same-origin" && site != "none" {
-            return Err("Sec-Fetch-Site is not same-origin");
-        }
+    if fetch_site.is_some_and(|site| site != "same-origin" && site != "none") {
+        return Err("Sec-Fetch-Site is not same-origin");
     }
     if let Some(origin) = headers.get(header::ORIGIN) {
         let origin = origin.to_str().map_err(|_| "malformed Origin")?;
@@ -159,7 +157,8 @@ async fn security_headers(State(options): State<Arc<HttpOptions>>, req: Request,
         headers.entry(name).or_insert(HeaderValue::from_static(value));
     }
     if options.https {
-        headers.insert(header::STRICT_TRANSPORT_SECURITY, HeaderValue::from_static("max-age=31536000; includeSubDomains"));
+        headers
+            .insert(header::STRICT_TRANSPORT_SECURITY, HeaderValue::from_static("max-age=31536000; includeSubDomains"));
     }
     response
 }
@@ -180,7 +179,8 @@ mod tests {
         assert!(cross_site_verdict(&evil, None).is_err());
         let fetch_cross = headers(&[("host", "app.test"), ("sec-fetch-site", "cross-site")]);
         assert!(cross_site_verdict(&fetch_cross, None).is_err());
-        let same_site = headers(&[("host", "app.test"), ("sec-fetch-site", "same-site"), ("origin", "http://app.test")]);
+        let same_site =
+            headers(&[("host", "app.test"), ("sec-fetch-site", "same-site"), ("origin", "http://app.test")]);
         assert!(cross_site_verdict(&same_site, None).is_err());
         let cli = headers(&[("host", "app.test"), ("authorization", "Bearer cpt_x")]);
         assert!(cross_site_verdict(&cli, None).is_ok());

@@ -86,7 +86,8 @@ async fn services(config: &Config) -> anyhow::Result<Services> {
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,sqlx=warn,sea_orm=warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,sqlx=warn,sea_orm=warn".into()),
         )
         .init();
     let cli = Cli::parse();
@@ -156,8 +157,12 @@ async fn serve(config_file: Option<&std::path::Path>, args: ServeArgs) -> anyhow
     });
 
     let app = http::router(services, http::leptos_options(&config), http::HttpOptions::from_config(&config));
-    let listener = tokio::net::TcpListener::bind(config.addr).await.with_context(|| format!("binding {}", config.addr))?;
-    let url = config.public_url.clone().unwrap_or_else(|| format!("http://{}", listener.local_addr().map_or(config.addr, |a| a)));
+    let listener =
+        tokio::net::TcpListener::bind(config.addr).await.with_context(|| format!("binding {}", config.addr))?;
+    let url = config
+        .public_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{}", listener.local_addr().map_or(config.addr, |a| a)));
     eprintln!("\nCardpool is running: open {url}\n");
     axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
         .with_graceful_shutdown(shutdown_signal())

@@ -31,7 +31,8 @@ impl TestApp {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let config = Config { addr, ..Config::default() };
-        let app = http::router(services.clone(), http::leptos_options(&config), http::HttpOptions::from_config(&config));
+        let app =
+            http::router(services.clone(), http::leptos_options(&config), http::HttpOptions::from_config(&config));
         tokio::spawn(async move {
             axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await.unwrap();
         });
@@ -55,13 +56,23 @@ impl TestApp {
     }
 
     async fn sign_up(&self, client: &Client, email: &str) -> Value {
-        let res = client.post(self.url("/api/v1/auth/sign-up")).json(&json!({"email": email, "password": PASSWORD})).send().await.unwrap();
+        let res = client
+            .post(self.url("/api/v1/auth/sign-up"))
+            .json(&json!({"email": email, "password": PASSWORD}))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(res.status(), StatusCode::CREATED);
         res.json().await.unwrap()
     }
 
     async fn sign_in(&self, client: &Client, email: &str, password: &str) -> reqwest::Response {
-        client.post(self.url("/api/v1/auth/sign-in")).json(&json!({"email": email, "password": password})).send().await.unwrap()
+        client
+            .post(self.url("/api/v1/auth/sign-in"))
+            .json(&json!({"email": email, "password": password}))
+            .send()
+            .await
+            .unwrap()
     }
 
     async fn status_of_me(&self, client: &Client) -> StatusCode {
@@ -98,7 +109,12 @@ backend_tests!(
 async fn sign_up_sign_out_sign_in_flow(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     let client = app.browser();
-    let res = client.post(app.url("/api/v1/auth/sign-up")).json(&json!({"email": "Ann@Example.com", "password": PASSWORD})).send().await.unwrap();
+    let res = client
+        .post(app.url("/api/v1/auth/sign-up"))
+        .json(&json!({"email": "Ann@Example.com", "password": PASSWORD}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status(), StatusCode::CREATED);
     let cookie = session_cookie(&res).expect("sign-up sets the session cookie");
     assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Lax"), "{cookie}");
@@ -131,19 +147,19 @@ async fn session_id_rotates_at_sign_in(backend: Backend) {
     let id = |c: &str| c.split(';').next().unwrap().to_owned();
     assert_ne!(id(&first), id(&second), "sign-in must issue a new session id");
 
-    let replay = Client::new()
-        .get(app.url("/api/v1/me"))
-        .header(header::COOKIE, id(&first))
-        .send()
-        .await
-        .unwrap();
+    let replay = Client::new().get(app.url("/api/v1/me")).header(header::COOKIE, id(&first)).send().await.unwrap();
     assert_eq!(replay.status(), StatusCode::UNAUTHORIZED, "the pre-sign-in session id is dead");
 }
 
 async fn bad_input_gets_field_errors_and_writes_nothing(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     let client = app.browser();
-    let res = client.post(app.url("/api/v1/auth/sign-up")).json(&json!({"email": "nope", "password": "short"})).send().await.unwrap();
+    let res = client
+        .post(app.url("/api/v1/auth/sign-up"))
+        .json(&json!({"email": "nope", "password": "short"}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status(), StatusCode::UNPROCESSABLE_ENTITY);
     let body: Value = res.json().await.unwrap();
     assert_eq!(body["error"], "validation");
@@ -161,7 +177,12 @@ async fn bad_input_gets_field_errors_and_writes_nothing(backend: Backend) {
     assert_eq!(app.user_count().await, 0);
 
     app.sign_up(&client, "dup@example.com").await;
-    let res = client.post(app.url("/api/v1/auth/sign-up")).json(&json!({"email": "DUP@example.com", "password": PASSWORD})).send().await.unwrap();
+    let res = client
+        .post(app.url("/api/v1/auth/sign-up"))
+        .json(&json!({"email": "DUP@example.com", "password": PASSWORD}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status(), StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(res.json::<Value>().await.unwrap()["fields"]["email"], "an account with this email already exists");
     assert_eq!(app.user_count().await, 1);
@@ -182,7 +203,8 @@ async fn bearer_tokens_authenticate_until_revoked(backend: Backend) {
     assert_eq!(me.status(), StatusCode::OK);
     assert_eq!(me.json::<Value>().await.unwrap()["email"], "tok@example.com");
 
-    let listed: Value = cli.get(app.url("/api/v1/tokens")).bearer_auth(&secret).send().await.unwrap().json().await.unwrap();
+    let listed: Value =
+        cli.get(app.url("/api/v1/tokens")).bearer_auth(&secret).send().await.unwrap().json().await.unwrap();
     assert_eq!(listed.as_array().unwrap().len(), 1);
     assert!(!listed.to_string().contains(&secret), "listing never reveals a secret");
 
@@ -191,7 +213,10 @@ async fn bearer_tokens_authenticate_until_revoked(backend: Backend) {
 
     let revoked = cli.delete(app.url(&format!("/api/v1/tokens/{id}"))).bearer_auth(&secret).send().await.unwrap();
     assert_eq!(revoked.status(), StatusCode::NO_CONTENT);
-    assert_eq!(cli.get(app.url("/api/v1/me")).bearer_auth(&secret).send().await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        cli.get(app.url("/api/v1/me")).bearer_auth(&secret).send().await.unwrap().status(),
+        StatusCode::UNAUTHORIZED
+    );
 
     let bearer_password_change = cli
         .post(app.url("/api/v1/me/password"))
@@ -226,7 +251,10 @@ async fn sign_in_is_rate_limited_with_retry_after(backend: Backend) {
 
     // Per IP: every attempt counts, whichever account it names.
     for n in 0..2 {
-        assert_eq!(app.sign_in(&client, &format!("other{n}@example.com"), PASSWORD).await.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            app.sign_in(&client, &format!("other{n}@example.com"), PASSWORD).await.status(),
+            StatusCode::UNAUTHORIZED
+        );
     }
     assert_eq!(app.sign_in(&client, "fresh@example.com", PASSWORD).await.status(), StatusCode::TOO_MANY_REQUESTS);
 }
@@ -282,7 +310,9 @@ async fn unauthenticated_and_forbidden(backend: Backend) {
     let path = format!("/api/v1/users/{}/admin", renter_me["id"]);
     assert_eq!(renter.post(app.url(&path)).send().await.unwrap().status(), StatusCode::FORBIDDEN);
 
-    cardpool_service::accounts::create_admin(&app.services, "boss@example.com", Some("boss password 123")).await.unwrap();
+    cardpool_service::accounts::create_admin(&app.services, "boss@example.com", Some("boss password 123"))
+        .await
+        .unwrap();
     let admin = app.browser();
     assert_eq!(app.sign_in(&admin, "boss@example.com", "boss password 123").await.status(), StatusCode::OK);
     let users: Value = admin.get(app.url("/api/v1/users")).send().await.unwrap().json().await.unwrap();
@@ -350,10 +380,14 @@ async fn pages_health_and_headers(backend: Backend) {
         .as_object()
         .unwrap()
         .values()
-        .flat_map(|ops| ops.as_object().unwrap().values().filter_map(|op| op["operationId"].as_str().map(str::to_owned)))
+        .flat_map(|ops| {
+            ops.as_object().unwrap().values().filter_map(|op| op["operationId"].as_str().map(str::to_owned))
+        })
         .collect();
     ids.sort();
-    for expected in ["sign_up", "sign_in", "sign_out", "get_me", "create_api_token", "list_api_tokens", "revoke_api_token"] {
+    for expected in
+        ["sign_up", "sign_in", "sign_out", "get_me", "create_api_token", "list_api_tokens", "revoke_api_token"]
+    {
         assert!(ids.iter().any(|id| id == expected), "{expected} missing from {ids:?}");
     }
 }
@@ -377,7 +411,13 @@ async fn server_functions_work_as_plain_form_posts(backend: Backend) {
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(res.json::<Value>().await.unwrap()["email"], "form@example.com");
 
-    let bad = app.browser().post(app.url("/rpc/sign_in")).form(&[("email", "form@example.com"), ("password", "wrong one!!")]).send().await.unwrap();
+    let bad = app
+        .browser()
+        .post(app.url("/rpc/sign_in"))
+        .form(&[("email", "form@example.com"), ("password", "wrong one!!")])
+        .send()
+        .await
+        .unwrap();
     assert_eq!(bad.status(), StatusCode::UNAUTHORIZED, "server functions answer with the error's status");
     let body: Value = bad.json().await.unwrap();
     assert_eq!(body["error"], "invalid_credentials");

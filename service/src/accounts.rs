@@ -12,8 +12,8 @@ use cardpool_domain::account::{
 };
 use chrono::Utc;
 use sea_orm::{
-    ActiveModelTrait, ActiveValue::Set, ColumnTrait, EntityTrait, IntoActiveModel, QueryFilter, QueryOrder,
-    SqlErr, TransactionTrait,
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, EntityTrait, IntoActiveModel, QueryFilter, QueryOrder, SqlErr,
+    TransactionTrait,
 };
 use std::net::IpAddr;
 
@@ -133,7 +133,12 @@ pub async fn change_password(
     Ok(epoch)
 }
 
-async fn set_flags(services: &Services, user_id: i64, provider: Option<bool>, admin: Option<bool>) -> AppResult<users::Model> {
+async fn set_flags(
+    services: &Services,
+    user_id: i64,
+    provider: Option<bool>,
+    admin: Option<bool>,
+) -> AppResult<users::Model> {
     let txn = services.db.begin().await.map_err(internal("starting role change"))?;
     let user = users::Entity::find_by_id(user_id)
         .one(&txn)
@@ -202,7 +207,8 @@ pub async fn create_admin(services: &Services, email: &str, password: Option<&st
         set_flags(services, user.id, None, Some(true)).await?;
         return Ok(AdminCreated::Promoted);
     }
-    let password = password.ok_or_else(|| AppError::invalid_field("password", "a new admin account needs a password"))?;
+    let password =
+        password.ok_or_else(|| AppError::invalid_field("password", "a new admin account needs a password"))?;
     let password = Password::parse(password).map_err(|m| AppError::invalid_field("password", m))?;
     insert_account(services, &NewAccount { email, password }, true).await?;
     Ok(AdminCreated::Created)

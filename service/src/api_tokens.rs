@@ -54,7 +54,9 @@ pub async fn create_api_token(
         .await
         .map_err(internal("counting tokens"))?;
     if active >= MAX_ACTIVE_TOKENS {
-        return Err(AppError::conflict(format!("you already have {MAX_ACTIVE_TOKENS} active tokens; revoke one first")));
+        return Err(AppError::conflict(format!(
+            "you already have {MAX_ACTIVE_TOKENS} active tokens; revoke one first"
+        )));
     }
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);

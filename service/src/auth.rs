@@ -97,10 +97,7 @@ pub async fn principal_from_session(services: &Services, session: &Session) -> A
     let signed_in_at = session.get::<i64>(SIGNED_IN_AT).await.map_err(session_err)?.unwrap_or(0);
     let age = Utc::now().timestamp().saturating_sub(signed_in_at);
     let too_old = u64::try_from(age).map_or(true, |age| age > services.settings.session.absolute.as_secs());
-    let user = users::Entity::find_by_id(user_id)
-        .one(&services.db)
-        .await
-        .map_err(internal("loading session user"))?;
+    let user = users::Entity::find_by_id(user_id).one(&services.db).await.map_err(internal("loading session user"))?;
     match user {
         Some(user) if !too_old && epoch == Some(user.session_epoch) => {
             Ok(Some(Principal::from_user(&user, Credential::Session)))

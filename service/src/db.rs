@@ -6,8 +6,7 @@
 
 use cardpool_migrations::{Migrator, MigratorTrait};
 use sea_orm::{
-    ConnectOptions, Database, DatabaseConnection, DatabaseTransaction, DbErr, TransactionOptions,
-    TransactionTrait,
+    ConnectOptions, Database, DatabaseConnection, DatabaseTransaction, DbErr, TransactionOptions, TransactionTrait,
     sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous},
 };
 use std::time::Duration;
@@ -25,9 +24,7 @@ pub async fn connect_and_migrate(url: &str) -> Result<DatabaseConnection, DbErr>
 /// Connects without migrating.
 pub async fn connect(url: &str) -> Result<DatabaseConnection, DbErr> {
     let mut opts = ConnectOptions::new(url.to_owned());
-    opts.sqlx_logging(false)
-        .connect_timeout(Duration::from_secs(10))
-        .acquire_timeout(Duration::from_secs(15));
+    opts.sqlx_logging(false).connect_timeout(Duration::from_secs(10)).acquire_timeout(Duration::from_secs(15));
     if is_sqlite(url) {
         opts.max_connections(8).map_sqlx_sqlite_opts(|o| {
             o.create_if_missing(true)

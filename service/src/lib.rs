@@ -25,19 +25,10 @@ use std::sync::Arc;
 pub type AppResult<T> = Result<T, AppError>;
 
 /// Tunables of the service layer, filled from the server's layered configuration.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Settings {
     pub session: auth::SessionPolicy,
     pub sign_in_limits: rate_limit::SignInLimits,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            session: auth::SessionPolicy::default(),
-            sign_in_limits: rate_limit::SignInLimits::default(),
-        }
-    }
 }
 
 /// Everything a service function may need, shared by all adapters and cheap to clone.

@@ -95,7 +95,8 @@ impl SignInLimiter {
     pub fn admit(&self, account: &str, ip: Option<IpAddr>) -> Result<(), Duration> {
         let now = Instant::now();
         let mut ips = self.ips.lock().unwrap_or_else(|e| e.into_inner());
-        let account_wait = self.accounts.lock().unwrap_or_else(|e| e.into_inner()).retry_after(&account.to_owned(), now);
+        let account_wait =
+            self.accounts.lock().unwrap_or_else(|e| e.into_inner()).retry_after(&account.to_owned(), now);
         let ip_wait = ip.and_then(|ip| ips.retry_after(&ip, now));
         if let Some(wait) = account_wait.into_iter().chain(ip_wait).max() {
             return Err(wait);

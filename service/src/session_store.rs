@@ -6,8 +6,7 @@
 use crate::entities::sessions;
 use chrono::{DateTime, Utc};
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, SqlErr,
-    sea_query::OnConflict,
+    ActiveValue::Set, ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, SqlErr, sea_query::OnConflict,
 };
 use std::collections::HashMap;
 use tower_sessions::{

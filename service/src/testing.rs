@@ -70,7 +70,10 @@ impl Drop for TestDb {
                     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
                     rt.block_on(async {
                         let admin = Database::connect(admin_url()).await.ok()?;
-                        admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)")).await.ok()?;
+                        admin
+                            .execute_unprepared(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
+                            .await
+                            .ok()?;
                         admin.close().await.ok()
                     })
                 })

@@ -105,13 +105,17 @@ async fn sign_in_is_rate_limited_per_account(backend: Backend) {
         assert_eq!(err.unwrap_err(), AppError::InvalidCredentials);
     }
     let limited = accounts::sign_in(&services, &sign_in_request("di@example.com", PASSWORD), None).await;
-    assert!(matches!(limited, Err(AppError::RateLimited { retry_after_secs }) if retry_after_secs > 500), "{limited:?}");
+    assert!(
+        matches!(limited, Err(AppError::RateLimited { retry_after_secs }) if retry_after_secs > 500),
+        "{limited:?}"
+    );
 }
 
 async fn change_password_requires_the_current_one_and_bumps_the_epoch(backend: Backend) {
     let (_db, services) = setup(backend).await;
     let me = principal(&services, "ed@example.com").await;
-    let wrong = ChangePasswordRequest { current_password: "not it at all".into(), new_password: "a brand new secret".into() };
+    let wrong =
+        ChangePasswordRequest { current_password: "not it at all".into(), new_password: "a brand new secret".into() };
     let err = accounts::change_password(&services, &me, &wrong).await.unwrap_err();
     assert!(err.field("current_password").is_some());
     let weak = ChangePasswordRequest { current_password: PASSWORD.into(), new_password: "short".into() };
@@ -125,10 +129,7 @@ async fn change_password_requires_the_current_one_and_bumps_the_epoch(backend: B
     assert_eq!(epoch, 1);
 
     let via_token = Principal { credential: Credential::ApiToken { token_id: 1 }, ..me };
-    assert!(matches!(
-        accounts::change_password(&services, &via_token, &good).await,
-        Err(AppError::Forbidden(_))
-    ));
+    assert!(matches!(accounts::change_password(&services, &via_token, &good).await, Err(AppError::Forbidden(_))));
 }
 
 async fn roles_are_checked_in_the_service(backend: Backend) {
@@ -169,7 +170,8 @@ async fn api_tokens_are_hashed_listed_and_revoked(backend: Backend) {
             .field("name")
             .is_some()
     );
-    let created = api_tokens::create_api_token(&services, &me, &CreateApiTokenRequest { name: "ci".into() }).await.unwrap();
+    let created =
+        api_tokens::create_api_token(&services, &me, &CreateApiTokenRequest { name: "ci".into() }).await.unwrap();
     assert!(created.secret.starts_with("cpt_") && created.secret.starts_with(&created.token.prefix));
 
     let row = token_rows::Entity::find_by_id(created.token.id).one(&services.db).await.unwrap().unwrap();
@@ -185,10 +187,7 @@ async fn api_tokens_are_hashed_listed_and_revoked(backend: Backend) {
     api_tokens::revoke_api_token(&services, &me, created.token.id).await.unwrap();
     assert_eq!(api_tokens::authenticate(&services, &created.secret).await.unwrap_err(), AppError::Unauthorized);
     assert!(api_tokens::list_api_tokens(&services, &me).await.unwrap().is_empty());
-    assert!(matches!(
-        api_tokens::revoke_api_token(&services, &me, created.token.id).await,
-        Err(AppError::NotFound(_))
-    ));
+    assert!(matches!(api_tokens::revoke_api_token(&services, &me, created.token.id).await, Err(AppError::NotFound(_))));
     assert_eq!(api_tokens::authenticate(&services, "cpt_madeup").await.unwrap_err(), AppError::Unauthorized);
 }
 
@@ -196,17 +195,15 @@ async fn tokens_are_scoped_to_their_owner(backend: Backend) {
     let (_db, services) = setup(backend).await;
     let owner = principal(&services, "io@example.com").await;
     let thief = principal(&services, "ju@example.com").await;
-    let created = api_tokens::create_api_token(&services, &owner, &CreateApiTokenRequest { name: "mine".into() }).await.unwrap();
+    let created =
+        api_tokens::create_api_token(&services, &owner, &CreateApiTokenRequest { name: "mine".into() }).await.unwrap();
     assert!(api_tokens::list_api_tokens(&services, &thief).await.unwrap().is_empty());
     assert!(matches!(
         api_tokens::revoke_api_token(&services, &thief, created.token.id).await,
         Err(AppError::NotFound(_))
     ));
-    let still = token_rows::Entity::find()
-        .filter(token_rows::Column::RevokedAt.is_null())
-        .count(&services.db)
-        .await
-        .unwrap();
+    let still =
+        token_rows::Entity::find().filter(token_rows::Column::RevokedAt.is_null()).count(&services.db).await.unwrap();
     assert_eq!(still, 1);
 }
 

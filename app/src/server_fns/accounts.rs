@@ -60,9 +60,12 @@ pub async fn change_password(current_password: String, new_password: String) -> 
         use cardpool_service::{accounts, auth};
         let req = crate::ssr::Request::current().await?;
         let principal = req.principal().await?;
-        let epoch =
-            accounts::change_password(&req.services, &principal, &ChangePasswordRequest { current_password, new_password })
-                .await?;
+        let epoch = accounts::change_password(
+            &req.services,
+            &principal,
+            &ChangePasswordRequest { current_password, new_password },
+        )
+        .await?;
         auth::refresh_session_epoch(&req.session, epoch).await
     })
     .await

@@ -69,7 +69,10 @@ struct SecuritySchemes;
 impl Modify for SecuritySchemes {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         let components = openapi.components.get_or_insert_with(Default::default);
-        components.add_security_scheme("bearer", SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()));
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
         components.add_security_scheme(
             "session",
             SecurityScheme::ApiKey(ApiKey::Cookie(ApiKeyValue::new(crate::http::SESSION_COOKIE))),
@@ -130,11 +133,8 @@ impl FromRequestParts<AppState> for Caller {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
         if let Some(value) = parts.headers.get(header::AUTHORIZATION) {
-            let secret = value
-                .to_str()
-                .ok()
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .ok_or(ApiError(AppError::Unauthorized))?;
+            let secret =
+                value.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")).ok_or(ApiError(AppError::Unauthorized))?;
             return Ok(Caller(tokens::authenticate(&state.services, secret.trim()).await?));
         }
         let session = session(parts).await?;

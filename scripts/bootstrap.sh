@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Installs what building and testing Cardpool needs, skipping whatever is already there, so it
+# is safe to run again. Only crates.io, npm and Debian packages are used (see TOOLCHAIN notes
+# in README). `--test` also installs Chromium and makes sure PostgreSQL is running.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+
+CARGO_LEPTOS_VERSION=0.3.10
+WASM_BINDGEN_VERSION=0.2.130   # must equal the `wasm-bindgen = "=..."` pin in Cargo.toml
+
+with_test=false
+[[ "${1:-}" == "--test" ]] && with_test=true
+
+say() { printf '\033[1;34m==>\033[0m %s\n' "$*"; }
+as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
+apt_install() {
+  say "apt-get install $*"
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "$@"
+}
+
+command -v cargo >/dev/null || { echo "Rust (cargo) is required: https://rustup.rs" >&2; exit 1; }
+command -v npm >/dev/null || apt_install nodejs npm
+
+if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
+  say "rustup target add wasm32-unknown-unknown"
+  rustup target add wasm32-unknown-unknown
+fi
+
+if ! cargo leptos --version 2>/dev/null | grep -q "$CARGO_LEPTOS_VERSION"; then
+  say "cargo install cargo-leptos $CARGO_LEPTOS_VERSION (a one-off; ~15-30 min on 2 cores)"
+  # A build tool does not need release-grade optimisation; this roughly halves the install.
+  CARGO_PROFILE_RELEASE_OPT_LEVEL=1 CARGO_PROFILE_RELEASE_LTO=off CARGO_PROFILE_RELEASE_CODEGEN_UNITS=64 \
+    cargo install cargo-leptos --version "$CARGO_LEPTOS_VERSION" --locked
+fi
+
+if ! wasm-bindgen --version 2>/dev/null | grep -q "$WASM_BINDGEN_VERSION"; then
+  say "cargo install wasm-bindgen-cli $WASM_BINDGEN_VERSION"
+  # Without --locked: its lockfile pins a crate version this registry does not have.
+  CARGO_PROFILE_RELEASE_OPT_LEVEL=1 CARGO_PROFILE_RELEASE_LTO=off CARGO_PROFILE_RELEASE_CODEGEN_UNITS=64 \
+    cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
+fi
+
+# Tailwind and wasm-opt (binaryen) come from npm; cargo-leptos finds them in node_modules/.bin.
+npm_ci() {
+  local dir=$1
+  if [[ ! -f "$dir/node_modules/.package-lock.json" || "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]]; then
+    say "npm ci in $dir"
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+}
+npm_ci .
+
+if $with_test; then
+  npm_ci end2end
+  command -v chromium >/dev/null || apt_install chromium
+  if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
+    say "starting PostgreSQL"
+    as_root pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start
+    for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
+  fi
+fi
