@@ -98,7 +98,9 @@ pub fn FormAlert(#[prop(into)] message: Signal<Option<String>>) -> impl IntoView
 pub fn SubmitButton(#[prop(into)] label: String, #[prop(into)] pending: Signal<bool>) -> impl IntoView {
     view! {
         <button type="submit" class="btn-primary w-full" disabled=move || pending.get() aria-busy=move || pending.get().to_string()>
-            <span class="inline-block h-4 w-4 animate-spin rounded-full border-2 border-white/40 border-t-white" class:hidden=move || !pending.get() aria-hidden="true"></span>
+            <Show when=move || pending.get()>
+                <span class="inline-block h-4 w-4 animate-spin rounded-full border-2 border-white/40 border-t-white" aria-hidden="true"></span>
+            </Show>
             {label}
         </button>
     }

@@ -84,9 +84,9 @@ fn TokenTable(tokens: Vec<ApiToken>, revoke: ServerAction<RevokeApiToken>) -> im
                 <thead>
                     <tr class="text-left text-slate-500">
                         <th scope="col" class="py-2 pr-4 font-medium">"Name"</th>
-                        <th scope="col" class="py-2 pr-4 font-medium">"Token"</th>
+                        <th scope="col" class="hidden py-2 pr-4 font-medium sm:table-cell">"Token"</th>
                         <th scope="col" class="py-2 pr-4 font-medium">"Created"</th>
-                        <th scope="col" class="py-2 pr-4 font-medium">"Last used"</th>
+                        <th scope="col" class="hidden py-2 pr-4 font-medium md:table-cell">"Last used"</th>
                         <th scope="col" class="py-2"><span class="sr-only">"Actions"</span></th>
                     </tr>
                 </thead>
@@ -96,9 +96,9 @@ fn TokenTable(tokens: Vec<ApiToken>, revoke: ServerAction<RevokeApiToken>) -> im
                         view! {
                             <tr data-testid="token-row">
                                 <td class="py-3 pr-4 font-medium text-slate-900">{token.name.clone()}</td>
-                                <td class="py-3 pr-4 font-mono text-slate-600">{format!("{}…", token.prefix)}</td>
-                                <td class="py-3 pr-4 text-slate-600">{token.created_at.format("%Y-%m-%d %H:%M UTC").to_string()}</td>
-                                <td class="py-3 pr-4 text-slate-600">
+                                <td class="hidden py-3 pr-4 font-mono text-slate-600 sm:table-cell">{format!("{}…", token.prefix)}</td>
+                                <td class="py-3 pr-4 text-slate-600">{token.created_at.format("%Y-%m-%d").to_string()}</td>
+                                <td class="hidden py-3 pr-4 text-slate-600 md:table-cell">
                                     {token.last_used_at.map_or_else(|| "never".to_owned(), |t| t.format("%Y-%m-%d %H:%M UTC").to_string())}
                                 </td>
                                 <td class="py-3 text-right">
