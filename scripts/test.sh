@@ -21,7 +21,7 @@ cargo clippy -p cardpool-frontend --target wasm32-unknown-unknown --locked -- -D
 say "cargo test (SQLite and PostgreSQL)"
 cargo test --workspace --exclude cardpool-frontend --locked
 say "cargo leptos build"
-cargo leptos build
+env -u RUSTFLAGS cargo leptos build   # it adds the same flag itself; twice would rebuild everything
 
 server_pid=""
 pg_db=""

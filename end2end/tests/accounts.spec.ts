@@ -15,6 +15,19 @@ async function hydrated(page: Page) {
 
 const password = "correct horse battery";
 
+// The pages run under a strict, nonce-based Content-Security-Policy: any violation fails.
+test.beforeEach(async ({ page }) => {
+  const violations: string[] = [];
+  page.on("console", (msg) => {
+    if (msg.text().includes("Content Security Policy")) violations.push(msg.text());
+  });
+  page.on("pageerror", (err) => violations.push(`page error: ${err.message}`));
+  (page as any).__violations = violations;
+});
+test.afterEach(async ({ page }) => {
+  expect((page as any).__violations).toEqual([]);
+});
+
 test("a visitor signs up, signs out, fails and succeeds to sign in, manages API tokens", async ({ page }, info) => {
   const email = `e2e-${info.project.name}-${Date.now()}@example.com`;
 

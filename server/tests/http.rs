@@ -104,6 +104,7 @@ backend_tests!(
     password_change_ends_other_sessions,
     pages_health_and_headers,
     server_functions_work_as_plain_form_posts,
+    sessions_end_at_their_absolute_lifetime,
 );
 
 async fn sign_up_sign_out_sign_in_flow(backend: Backend) {
@@ -421,4 +422,20 @@ async fn server_functions_work_as_plain_form_posts(backend: Backend) {
     assert_eq!(bad.status(), StatusCode::UNAUTHORIZED, "server functions answer with the error's status");
     let body: Value = bad.json().await.unwrap();
     assert_eq!(body["error"], "invalid_credentials");
+}
+
+async fn sessions_end_at_their_absolute_lifetime(backend: Backend) {
+    let settings = Settings {
+        session: cardpool_service::auth::SessionPolicy {
+            idle: Duration::from_secs(3600),
+            absolute: Duration::from_secs(1),
+        },
+        ..Settings::default()
+    };
+    let app = TestApp::spawn_with(backend, settings).await;
+    let client = app.browser();
+    app.sign_up(&client, "abs@example.com").await;
+    assert_eq!(app.status_of_me(&client).await, StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    assert_eq!(app.status_of_me(&client).await, StatusCode::UNAUTHORIZED, "however active, a session ends");
 }

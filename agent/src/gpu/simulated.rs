@@ -1,0 +1,248 @@
+//! Simulated GPUs for demos and tests, described like `8xH100-80GB` or
+//! `4xH100-80GB,2xL40S-48GB`, with scripted faults (`xid:0:79`, `ecc:1`, `overheat:2`,
+//! `throttle:3`, `offbus:4`) so every failure path can be exercised without hardware.
+
+use super::{GpuHealth, GpuSource, SourceError};
+use cardpool_protocol::GpuInfo;
+use sha2::{Digest, Sha256};
+
+/// Models the simulator knows: (spec name, marketing name, power limit W, MIG, NVLink).
+const CATALOG: &[(&str, &str, u32, bool, bool)] = &[
+    ("H200-141GB", "NVIDIA H200", 700, true, true),
+    ("H100-80GB", "NVIDIA H100 80GB HBM3", 700, true, true),
+    ("A100-80GB", "NVIDIA A100-SXM4-80GB", 400, true, true),
+    ("A100-40GB", "NVIDIA A100-SXM4-40GB", 400, true, true),
+    ("L40S-48GB", "NVIDIA L40S", 350, false, false),
+    ("RTX4090-24GB", "NVIDIA GeForce RTX 4090", 450, false, false),
+    ("RTX3090-24GB", "NVIDIA GeForce RTX 3090", 350, false, false),
+];
+
+const DRIVER_VERSION: &str = "550.54.15";
+const CUDA_VERSION: &str = "12.4";
+const SLOWDOWN_C: u32 = 87;
+const IDLE_TEMPERATURE_C: u32 = 34;
+
+/// A scripted fault on one simulated GPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    Xid { gpu: u32, code: u64 },
+    Ecc { gpu: u32 },
+    Overheat { gpu: u32 },
+    Throttle { gpu: u32 },
+    OffBus { gpu: u32 },
+}
+
+impl Fault {
+    /// Parses `xid:GPU:CODE`, `ecc:GPU`, `overheat:GPU`, `throttle:GPU` or `offbus:GPU`.
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        let parts: Vec<&str> = raw.split(':').collect();
+        let gpu = |s: &str| s.parse::<u32>().map_err(|_| format!("{raw:?}: {s:?} is not a GPU index"));
+        match parts.as_slice() {
+            ["xid", g, code] => Ok(Fault::Xid {
+                gpu: gpu(g)?,
+                code: code.parse().map_err(|_| format!("{raw:?}: {code:?} is not an XID code"))?,
+            }),
+            ["ecc", g] => Ok(Fault::Ecc { gpu: gpu(g)? }),
+            ["overheat", g] => Ok(Fault::Overheat { gpu: gpu(g)? }),
+            ["throttle", g] => Ok(Fault::Throttle { gpu: gpu(g)? }),
+            ["offbus", g] => Ok(Fault::OffBus { gpu: gpu(g)? }),
+            _ => Err(format!(
+                "unknown fault {raw:?}; use xid:GPU:CODE, ecc:GPU, overheat:GPU, throttle:GPU or offbus:GPU"
+            )),
+        }
+    }
+
+    fn gpu(&self) -> u32 {
+        match self {
+            Fault::Xid { gpu, .. }
+            | Fault::Ecc { gpu }
+            | Fault::Overheat { gpu }
+            | Fault::Throttle { gpu }
+            | Fault::OffBus { gpu } => *gpu,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct SimulatedSource {
+    spec: String,
+    gpus: Vec<GpuInfo>,
+    faults: Vec<Fault>,
+}
+
+impl SimulatedSource {
+    /// Builds the GPUs of `spec`; `seed` (e.g. the hostname) makes UUIDs stable per host and
+    /// distinct between hosts.
+    pub fn new(spec: &str, seed: &str, faults: Vec<Fault>) -> Result<Self, String> {
+        let mut gpus = Vec::new();
+        for group in spec.split(',').map(str::trim).filter(|g| !g.is_empty()) {
+            let (count, model) = group.split_once(['x', 'X']).ok_or_else(|| bad_spec(group))?;
+            let count: u32 = count.parse().map_err(|_| bad_spec(group))?;
+            if count == 0 || count > 16 {
+                return Err(format!("{group:?}: a host has 1 to 16 GPUs of a model"));
+            }
+            let &(_, name, power_w, mig, nvlink) = CATALOG
+                .iter()
+                .find(|(key, ..)| key.eq_ignore_ascii_case(model))
+                .ok_or_else(|| format!("unknown GPU model {model:?}; known: {}", known_models()))?;
+            let memory_gib: u64 =
+                model.rsplit_once('-').and_then(|(_, m)| m.trim_end_matches("GB").parse().ok()).unwrap_or(0);
+            let first = gpus.len() as u32;
+            let uuids: Vec<String> = (first..first + count).map(|i| uuid_for(seed, i)).collect();
+            for (offset, uuid) in uuids.iter().enumerate() {
+                let index = first + offset as u32;
+                gpus.push(GpuInfo {
+                    index,
+                    uuid: uuid.clone(),
+                    name: name.to_owned(),
+                    pci_bus_id: format!("00000000:{:02X}:00.0", 0x18 + index * 8),
+                    memory_total_bytes: memory_gib * 1024 * 1024 * 1024,
+                    driver_version: DRIVER_VERSION.to_owned(),
+                    cuda_version: CUDA_VERSION.to_owned(),
+                    power_limit_milliwatts: Some(power_w * 1000),
+                    mig_enabled: mig.then_some(false),
+                    nvlink_peers: if nvlink { uuids.iter().filter(|u| *u != uuid).cloned().collect() } else { vec![] },
+                });
+            }
+        }
+        if gpus.is_empty() {
+            return Err(bad_spec(spec));
+        }
+        if gpus.len() > 16 {
+            return Err(format!("{spec:?}: at most 16 GPUs per host"));
+        }
+        if let Some(fault) = faults.iter().find(|f| f.gpu() as usize >= gpus.len()) {
+            return Err(format!("fault {fault:?} names a GPU this host does not have ({} GPUs)", gpus.len()));
+        }
+        Ok(SimulatedSource { spec: spec.to_owned(), gpus, faults })
+    }
+}
+
+fn bad_spec(group: &str) -> String {
+    format!("{group:?} is not a GPU spec; write COUNTxMODEL, e.g. 8xH100-80GB (models: {})", known_models())
+}
+
+fn known_models() -> String {
+    CATALOG.iter().map(|(key, ..)| *key).collect::<Vec<_>>().join(", ")
+}
+
+fn uuid_for(seed: &str, index: u32) -> String {
+    let digest = hex::encode(Sha256::digest(format!("{seed}/{index}").as_bytes()));
+    format!("GPU-{}-{}-{}-{}-{}", &digest[0..8], &digest[8..12], &digest[12..16], &digest[16..20], &digest[20..32])
+}
+
+impl GpuSource for SimulatedSource {
+    fn describe(&self) -> String {
+        format!("simulated {}, driver {DRIVER_VERSION}, CUDA {CUDA_VERSION}", self.spec)
+    }
+
+    fn gpus(&self) -> Result<Vec<GpuInfo>, SourceError> {
+        Ok(self.gpus.iter().filter(|g| !self.faults.contains(&Fault::OffBus { gpu: g.index })).cloned().collect())
+    }
+
+    fn health(&self) -> Result<Vec<GpuHealth>, SourceError> {
+        Ok(self
+            .gpus
+            .iter()
+            .map(|gpu| {
+                let mut health = GpuHealth {
+                    index: gpu.index,
+                    uuid: gpu.uuid.clone(),
+                    present: true,
+                    temperature_c: Some(IDLE_TEMPERATURE_C + gpu.index % 5),
+                    slowdown_temperature_c: SLOWDOWN_C,
+                    uncorrectable_ecc_errors: 0,
+                    xid_errors: vec![],
+                    throttle_reasons: vec![],
+                };
+                for fault in self.faults.iter().filter(|f| f.gpu() == gpu.index) {
+                    match fault {
+                        Fault::Xid { code, .. } => health.xid_errors.push(*code),
+                        Fault::Ecc { .. } => health.uncorrectable_ecc_errors += 1,
+                        Fault::Overheat { .. } => {
+                            health.temperature_c = Some(SLOWDOWN_C + 6);
+                            health.throttle_reasons.push("thermal slowdown (hardware)".into());
+                        }
+                        Fault::Throttle { .. } => health.throttle_reasons.push("power brake".into()),
+                        Fault::OffBus { .. } => {
+                            health.present = false;
+                            health.temperature_c = None;
+                        }
+                    }
+                }
+                health
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn parses_mixed_specs_with_nvlink_within_a_model() {
+        let source = SimulatedSource::new("4xH100-80GB, 2xL40S-48GB", "host-a", vec![]).unwrap();
+        let gpus = source.gpus().unwrap();
+        assert_eq!(gpus.len(), 6);
+        assert_eq!(gpus[0].name, "NVIDIA H100 80GB HBM3");
+        assert_eq!(gpus[0].memory_total_bytes, 80 * 1024 * 1024 * 1024);
+        assert_eq!(gpus[0].nvlink_peers.len(), 3);
+        assert!(gpus[5].nvlink_peers.is_empty(), "L40S is PCIe only");
+        assert_eq!(gpus.iter().map(|g| g.index).collect::<Vec<_>>(), vec![0, 1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn bad_specs_and_faults_are_explained() {
+        assert!(SimulatedSource::new("8xB9000-1GB", "h", vec![]).unwrap_err().contains("unknown GPU model"));
+        assert!(SimulatedSource::new("eightxH100-80GB", "h", vec![]).unwrap_err().contains("COUNTxMODEL"));
+        assert!(SimulatedSource::new("0xH100-80GB", "h", vec![]).is_err());
+        assert!(SimulatedSource::new("2xH100-80GB", "h", vec![Fault::Ecc { gpu: 2 }]).unwrap_err().contains("2 GPUs"));
+        assert!(Fault::parse("melt:1").is_err());
+        assert_eq!(Fault::parse("xid:3:79").unwrap(), Fault::Xid { gpu: 3, code: 79 });
+    }
+
+    #[test]
+    fn faults_show_up_in_health_and_inventory() {
+        let faults = ["xid:0:79", "ecc:1", "overheat:2", "offbus:3"].map(|f| Fault::parse(f).unwrap()).to_vec();
+        let source = SimulatedSource::new("4xA100-80GB", "h", faults).unwrap();
+        let health = source.health().unwrap();
+        assert_eq!(health[0].xid_errors, vec![79]);
+        assert_eq!(health[1].uncorrectable_ecc_errors, 1);
+        assert!(health[2].temperature_c.unwrap() > health[2].slowdown_temperature_c);
+        assert!(!health[3].present);
+        assert_eq!(source.gpus().unwrap().len(), 3, "a GPU off the bus is not in the inventory");
+    }
+
+    proptest! {
+        #[test]
+        fn any_valid_spec_yields_unique_uuids_and_dense_indexes(
+            groups in proptest::collection::vec((1u32..=4, 0usize..CATALOG.len()), 1..4),
+            seed in "[a-z0-9-]{1,12}",
+        ) {
+            let spec = groups.iter().map(|(n, m)| format!("{n}x{}", CATALOG[*m].0)).collect::<Vec<_>>().join(",");
+            let total: u32 = groups.iter().map(|(n, _)| n).sum();
+            let source = SimulatedSource::new(&spec, &seed, vec![]).unwrap();
+            let gpus = source.gpus().unwrap();
+            prop_assert_eq!(gpus.len() as u32, total);
+            let mut uuids: Vec<_> = gpus.iter().map(|g| g.uuid.clone()).collect();
+            uuids.sort();
+            uuids.dedup();
+            prop_assert_eq!(uuids.len() as u32, total);
+            for (i, gpu) in gpus.iter().enumerate() {
+                prop_assert_eq!(gpu.index, i as u32);
+                prop_assert!(gpu.nvlink_peers.iter().all(|p| gpus.iter().any(|g| &g.uuid == p) && p != &gpu.uuid));
+            }
+            let healthy = source.health().unwrap();
+            prop_assert!(healthy.iter().all(|h| h.present && h.xid_errors.is_empty() && h.uncorrectable_ecc_errors == 0));
+        }
+
+        #[test]
+        fn uuids_are_stable_per_seed(seed in "[a-z]{1,8}") {
+            let a = SimulatedSource::new("2xH100-80GB", &seed, vec![]).unwrap().gpus().unwrap();
+            let b = SimulatedSource::new("2xH100-80GB", &seed, vec![]).unwrap().gpus().unwrap();
+            prop_assert_eq!(a, b);
+        }
+    }
+}

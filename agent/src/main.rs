@@ -1,0 +1,134 @@
+//! `cardpool-agent`: runs on a provider's host and describes its GPUs.
+//!
+//! This build discovers hardware (NVML, or `--simulate` without a GPU) and checks its health;
+//! enrollment and the connection to the server come next (see the README).
+
+mod gpu;
+mod host;
+mod selftest;
+
+use clap::{Args, Parser, Subcommand};
+use gpu::{
+    GpuSource,
+    nvml::NvmlSource,
+    simulated::{Fault, SimulatedSource},
+};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "cardpool-agent", version, about = "Cardpool provider agent: puts this host's GPUs on the market")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print what this host would report: host facts and every GPU.
+    Inventory {
+        /// Print JSON (the protocol's `Inventory`) instead of a table.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        source: SourceArgs,
+    },
+    /// Check that this host's GPUs are healthy; exits non-zero if any check fails.
+    SelfTest {
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        source: SourceArgs,
+    },
+}
+
+#[derive(Args)]
+struct SourceArgs {
+    /// Simulate GPUs instead of using NVML, e.g. `8xH100-80GB` or `4xH100-80GB,2xL40S-48GB`.
+    #[arg(long, env = "CARDPOOL_SIMULATE")]
+    simulate: Option<String>,
+    /// Scripted fault on a simulated GPU (repeatable): xid:GPU:CODE, ecc:GPU, overheat:GPU,
+    /// throttle:GPU, offbus:GPU.
+    #[arg(long = "fault", requires = "simulate")]
+    faults: Vec<String>,
+    /// Public location label shown to renters, e.g. "Frankfurt, DE".
+    #[arg(long, env = "CARDPOOL_LOCATION")]
+    location: Option<String>,
+}
+
+impl SourceArgs {
+    fn open(&self, hostname: &str) -> Result<Box<dyn GpuSource>, String> {
+        match &self.simulate {
+            Some(spec) => {
+                let faults = self.faults.iter().map(|f| Fault::parse(f)).collect::<Result<Vec<_>, _>>()?;
+                Ok(Box::new(SimulatedSource::new(spec, hostname, faults)?))
+            }
+            None => NvmlSource::init().map(|s| Box::new(s) as Box<dyn GpuSource>).map_err(|e| e.to_string()),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("cardpool-agent: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+#[allow(clippy::print_stdout)] // printing the report is this command's job
+fn run(cli: Cli) -> Result<ExitCode, String> {
+    match cli.command {
+        Command::Inventory { json, source } => {
+            let host = host::host_facts(source.location.clone());
+            let gpus = source.open(&host.hostname)?.gpus().map_err(|e| e.to_string())?;
+            let inventory = cardpool_protocol::Inventory { protocol: cardpool_protocol::PROTOCOL_VERSION, host, gpus };
+            if json {
+                println!("{}", serde_json::to_string_pretty(&inventory).map_err(|e| e.to_string())?);
+            } else {
+                let h = &inventory.host;
+                println!(
+                    "{} — {} ({} cores), {} GiB RAM, {} GiB disk, {}",
+                    h.hostname,
+                    h.cpu_model,
+                    h.cpu_cores,
+                    h.ram_bytes >> 30,
+                    h.disk_bytes >> 30,
+                    h.os
+                );
+                for g in &inventory.gpus {
+                    println!(
+                        "  [{}] {} {} GiB  {}  {}  driver {} CUDA {}  NVLink peers: {}",
+                        g.index,
+                        g.name,
+                        g.memory_total_bytes >> 30,
+                        g.uuid,
+                        g.pci_bus_id,
+                        g.driver_version,
+                        g.cuda_version,
+                        g.nvlink_peers.len()
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::SelfTest { json, source } => {
+            let host = host::host_facts(source.location.clone());
+            let report = match source.open(&host.hostname) {
+                Ok(gpus) => selftest::run(gpus.as_ref(), &host),
+                Err(message) => selftest::Report {
+                    source: "NVML".into(),
+                    checks: vec![selftest::Check { name: "gpu source".into(), passed: false, detail: message }],
+                },
+            };
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+            } else {
+                print!("{}", report.render());
+            }
+            Ok(if report.passed() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! What the provider agent reports about its host, in the shape the server will store.
+//!
+//! Shared by `cardpool-agent` and the server so both sides agree at compile time. The wire
+//! format is JSON; every payload carries the [`ProtocolVersion`] it was written with, and a
+//! reader accepts any minor version of its own major (new optional fields only) and refuses
+//! other majors with a clear message.
+
+use serde::{Deserialize, Serialize};
+
+/// The protocol version this build speaks.
+pub const PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion { major: 1, minor: 0 };
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProtocolVersion {
+    pub major: u16,
+    pub minor: u16,
+}
+
+impl std::fmt::Display for ProtocolVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+impl ProtocolVersion {
+    /// Whether a peer speaking `other` can be understood by this build.
+    pub fn check_peer(&self, other: ProtocolVersion) -> Result<(), String> {
+        if self.major == other.major {
+            Ok(())
+        } else {
+            Err(format!(
+                "protocol version {other} is not supported (this side speaks {self}); upgrade the older of agent and server"
+            ))
+        }
+    }
+}
+
+/// Facts about the machine, beside its GPUs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostFacts {
+    pub hostname: String,
+    pub cpu_model: String,
+    pub cpu_cores: u32,
+    pub ram_bytes: u64,
+    pub disk_bytes: u64,
+    pub os: String,
+    pub agent_version: String,
+    /// Public location label chosen by the provider (e.g. "Frankfurt, DE").
+    pub location: Option<String>,
+}
+
+/// One physical GPU (or the parent of its MIG instances).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuInfo {
+    /// Index as the driver enumerates it (what `CUDA_VISIBLE_DEVICES` uses).
+    pub index: u32,
+    pub uuid: String,
+    pub name: String,
+    pub pci_bus_id: String,
+    pub memory_total_bytes: u64,
+    pub driver_version: String,
+    /// CUDA version the driver supports, e.g. "12.4".
+    pub cuda_version: String,
+    pub power_limit_milliwatts: Option<u32>,
+    /// `Some(true)` when MIG is enabled; `None` when the GPU does not support MIG.
+    pub mig_enabled: Option<bool>,
+    /// UUIDs of GPUs this one reaches over an active NVLink.
+    pub nvlink_peers: Vec<String>,
+}
+
+/// Everything the agent reports as its inventory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inventory {
+    pub protocol: ProtocolVersion,
+    pub host: HostFacts,
+    pub gpus: Vec<GpuInfo>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_major_is_accepted_other_majors_refused_with_a_reason() {
+        assert!(PROTOCOL_VERSION.check_peer(ProtocolVersion { major: 1, minor: 7 }).is_ok());
+        let err = PROTOCOL_VERSION.check_peer(ProtocolVersion { major: 2, minor: 0 }).unwrap_err();
+        assert!(err.contains("2.0") && err.contains("1.0"), "{err}");
+    }
+
+    #[test]
+    fn inventory_round_trips_through_json() {
+        let inventory = Inventory {
+            protocol: PROTOCOL_VERSION,
+            host: HostFacts {
+                hostname: "gpu-01".into(),
+                cpu_model: "EPYC".into(),
+                cpu_cores: 64,
+                ram_bytes: 1 << 40,
+                disk_bytes: 1 << 42,
+                os: "Debian 12".into(),
+                agent_version: "0.1.0".into(),
+                location: Some("Frankfurt, DE".into()),
+            },
+            gpus: vec![],
+        };
+        let json = serde_json::to_string(&inventory).unwrap();
+        assert_eq!(serde_json::from_str::<Inventory>(&json).unwrap(), inventory);
+    }
+}
