@@ -29,17 +29,14 @@ if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
 fi
 
 if ! cargo leptos --version 2>/dev/null | grep -q "$CARGO_LEPTOS_VERSION"; then
-  say "cargo install cargo-leptos $CARGO_LEPTOS_VERSION (a one-off; ~15-30 min on 2 cores)"
-  # A build tool does not need release-grade optimisation; this roughly halves the install.
-  CARGO_PROFILE_RELEASE_OPT_LEVEL=1 CARGO_PROFILE_RELEASE_LTO=off CARGO_PROFILE_RELEASE_CODEGEN_UNITS=64 \
-    cargo install cargo-leptos --version "$CARGO_LEPTOS_VERSION" --locked
+  say "cargo install cargo-leptos $CARGO_LEPTOS_VERSION (a one-off; ~35 min on 2 cores)"
+  cargo install cargo-leptos --version "$CARGO_LEPTOS_VERSION" --locked
 fi
 
 if ! wasm-bindgen --version 2>/dev/null | grep -q "$WASM_BINDGEN_VERSION"; then
   say "cargo install wasm-bindgen-cli $WASM_BINDGEN_VERSION"
   # Without --locked: its lockfile pins a crate version this registry does not have.
-  CARGO_PROFILE_RELEASE_OPT_LEVEL=1 CARGO_PROFILE_RELEASE_LTO=off CARGO_PROFILE_RELEASE_CODEGEN_UNITS=64 \
-    cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
+  cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
 fi
 
 # Tailwind and wasm-opt (binaryen) come from npm; cargo-leptos finds them in node_modules/.bin.

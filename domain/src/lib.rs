@@ -7,5 +7,6 @@
 
 pub mod account;
 pub mod error;
+pub mod host;
 
 pub use error::{AppError, FieldErrors};

@@ -8,12 +8,13 @@
 pub use sea_orm_migration::prelude::*;
 
 mod m20261130_000001_create_accounts;
+mod m20261130_000002_create_hosts;
 
 pub struct Migrator;
 
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(m20261130_000001_create_accounts::Migration)]
+        vec![Box::new(m20261130_000001_create_accounts::Migration), Box::new(m20261130_000002_create_hosts::Migration)]
     }
 }

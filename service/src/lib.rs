@@ -11,6 +11,7 @@ pub mod api_tokens;
 pub mod auth;
 pub mod db;
 pub mod entities;
+pub mod hosts;
 pub mod passwords;
 pub mod rate_limit;
 pub mod session_store;

@@ -1,0 +1,122 @@
+//! Provider hosts as people and agents see them: enrollment, status, GPUs.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// Where a host stands. Transitions are recorded as [`HostEvent`]s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum HostStatus {
+    /// Enrolled and heard from within the grace period.
+    Online,
+    /// Enrolled but silent for longer than the grace period (or never connected yet).
+    Offline,
+    /// Its credential was revoked; it can never connect again.
+    Revoked,
+}
+
+impl HostStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HostStatus::Online => "online",
+            HostStatus::Offline => "offline",
+            HostStatus::Revoked => "revoked",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Option<Self> {
+        [HostStatus::Online, HostStatus::Offline, HostStatus::Revoked].into_iter().find(|s| s.as_str() == raw)
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CreateEnrollmentTokenRequest {
+    /// Public location label for the host it will enroll, e.g. "Frankfurt, DE".
+    #[serde(default)]
+    pub location: Option<String>,
+}
+
+/// A single-use enrollment token, shown once, with the exact command to run on the host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CreatedEnrollmentToken {
+    pub token: String,
+    pub expires_at: DateTime<Utc>,
+    pub command: String,
+}
+
+#[derive(Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct EnrollHostRequest {
+    pub token: String,
+    pub hostname: String,
+}
+
+impl std::fmt::Debug for EnrollHostRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnrollHostRequest").field("hostname", &self.hostname).finish_non_exhaustive()
+    }
+}
+
+/// What an agent receives at enrollment. `credential` is its secret for every later call.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct EnrolledHost {
+    pub host_id: i64,
+    pub credential: String,
+}
+
+impl std::fmt::Debug for EnrolledHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnrolledHost").field("host_id", &self.host_id).finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct HostSummary {
+    pub id: i64,
+    pub hostname: String,
+    pub location: Option<String>,
+    pub status: HostStatus,
+    pub last_heartbeat_at: Option<DateTime<Utc>>,
+    pub agent_version: Option<String>,
+    pub gpu_count: u32,
+    /// e.g. "8× NVIDIA H100 80GB HBM3"
+    pub gpu_summary: String,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct GpuView {
+    pub index: i32,
+    pub uuid: String,
+    pub model: String,
+    pub memory_bytes: i64,
+    pub pci_bus_id: String,
+    pub driver_version: String,
+    pub cuda_version: String,
+    pub nvlink_peers: Vec<String>,
+    /// `available` or `missing`.
+    pub state: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct HostEvent {
+    pub status: HostStatus,
+    pub reason: String,
+    pub at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct HostDetail {
+    pub host: HostSummary,
+    pub gpus: Vec<GpuView>,
+    /// Newest first.
+    pub events: Vec<HostEvent>,
+}

@@ -1,0 +1,40 @@
+use sea_orm::entity::prelude::*;
+
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "gpus")]
+pub struct Model {
+    #[sea_orm(primary_key)]
+    pub id: i64,
+    pub host_id: i64,
+    pub device_index: i32,
+    pub uuid: String,
+    pub model: String,
+    pub memory_bytes: i64,
+    pub pci_bus_id: String,
+    pub driver_version: String,
+    pub cuda_version: String,
+    /// JSON array of peer GPU UUIDs.
+    pub nvlink_peers: String,
+    /// `available` or `missing` (no longer in the host's inventory).
+    pub state: String,
+    pub updated_at: DateTimeUtc,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {
+    #[sea_orm(
+        belongs_to = "super::hosts::Entity",
+        from = "Column::HostId",
+        to = "super::hosts::Column::Id",
+        on_delete = "Cascade"
+    )]
+    Host,
+}
+
+impl Related<super::hosts::Entity> for Entity {
+    fn to() -> RelationDef {
+        Relation::Host.def()
+    }
+}
+
+impl ActiveModelBehavior for ActiveModel {}

@@ -1,0 +1,36 @@
+use sea_orm::entity::prelude::*;
+
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "hosts")]
+pub struct Model {
+    #[sea_orm(primary_key)]
+    pub id: i64,
+    pub provider_id: i64,
+    pub hostname: String,
+    pub location: Option<String>,
+    /// SHA-256 of the host credential, hex.
+    #[sea_orm(unique)]
+    pub credential_hash: String,
+    /// `online` or `offline` (see `cardpool_domain::host::HostStatus`).
+    pub status: String,
+    pub agent_version: Option<String>,
+    /// The last reported `cardpool_protocol::HostFacts`, as JSON.
+    pub facts: Option<String>,
+    pub last_heartbeat_at: Option<DateTimeUtc>,
+    pub created_at: DateTimeUtc,
+    pub revoked_at: Option<DateTimeUtc>,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {
+    #[sea_orm(has_many = "super::gpus::Entity")]
+    Gpus,
+}
+
+impl Related<super::gpus::Entity> for Entity {
+    fn to() -> RelationDef {
+        Relation::Gpus.def()
+    }
+}
+
+impl ActiveModelBehavior for ActiveModel {}

@@ -1,0 +1,414 @@
+//! Provider hosts: enrollment, the host credential, inventory, heartbeats and liveness.
+//!
+//! A provider creates a single-use, expiring enrollment token; the agent exchanges it for a
+//! host credential (both stored as SHA-256 only). From then on the agent speaks only for its
+//! own host: every agent-side function here takes the host resolved from the credential, never
+//! a host id from the message. A host that misses heartbeats for the grace period goes
+//! offline; every transition is recorded in `host_events`.
+
+use crate::{
+    AppError, AppResult, Services,
+    auth::Principal,
+    entities::{enrollment_tokens, gpus, host_events, hosts},
+    internal,
+};
+use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
+use cardpool_domain::host::{
+    CreatedEnrollmentToken, EnrolledHost, GpuView, HostDetail, HostEvent, HostStatus, HostSummary,
+};
+use cardpool_protocol::{HostFacts, Inventory};
+use chrono::{DateTime, Duration, Utc};
+use rand::RngCore;
+use sea_orm::{
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, IntoActiveModel, QueryFilter,
+    QueryOrder, TransactionTrait, sea_query::Expr,
+};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+
+/// How long an enrollment token can be used.
+pub const ENROLLMENT_TOKEN_TTL: Duration = Duration::hours(1);
+const ENROLLMENT_PREFIX: &str = "cpe_";
+const HOST_CREDENTIAL_PREFIX: &str = "cph_";
+const MAX_LOCATION_LEN: usize = 64;
+const MAX_HOSTNAME_LEN: usize = 253;
+
+fn secret(prefix: &str) -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    format!("{prefix}{}", URL_SAFE_NO_PAD.encode(bytes))
+}
+
+fn digest(secret: &str) -> String {
+    hex::encode(Sha256::digest(secret.as_bytes()))
+}
+
+fn require_provider(principal: &Principal) -> AppResult<()> {
+    if principal.roles.provider {
+        Ok(())
+    } else {
+        Err(AppError::forbidden("turn on provider features on your account page first"))
+    }
+}
+
+fn clean_label(field: &str, raw: Option<&str>, max: usize) -> AppResult<Option<String>> {
+    let Some(value) = raw.map(str::trim).filter(|v| !v.is_empty()) else { return Ok(None) };
+    if value.chars().count() > max || value.chars().any(char::is_control) {
+        return Err(AppError::invalid_field(field, format!("use at most {max} printable characters")));
+    }
+    Ok(Some(value.to_owned()))
+}
+
+/// Creates a single-use enrollment token for the calling provider; `server_url` is where
+/// agents reach this server, used to spell out the command to run.
+pub async fn create_enrollment_token(
+    services: &Services,
+    principal: &Principal,
+    location: Option<&str>,
+    server_url: &str,
+) -> AppResult<CreatedEnrollmentToken> {
+    require_provider(principal)?;
+    let location = clean_label("location", location, MAX_LOCATION_LEN)?;
+    let token = secret(ENROLLMENT_PREFIX);
+    let now = Utc::now();
+    let expires_at = now + ENROLLMENT_TOKEN_TTL;
+    enrollment_tokens::ActiveModel {
+        provider_id: Set(principal.user_id),
+        token_hash: Set(digest(&token)),
+        location: Set(location),
+        created_at: Set(now),
+        expires_at: Set(expires_at),
+        used_at: Set(None),
+        host_id: Set(None),
+        ..Default::default()
+    }
+    .insert(&services.db)
+    .await
+    .map_err(internal("inserting enrollment token"))?;
+    let command = format!("cardpool-agent enroll --server {server_url} --token {token}");
+    Ok(CreatedEnrollmentToken { token, expires_at, command })
+}
+
+/// Exchanges an enrollment token for a host and its credential. A token works once, before
+/// it expires; every other case is the same `Unauthorized`.
+pub async fn enroll_host(services: &Services, token: &str, hostname: &str) -> AppResult<EnrolledHost> {
+    let hostname = clean_label("hostname", Some(hostname), MAX_HOSTNAME_LEN)?
+        .ok_or_else(|| AppError::invalid_field("hostname", "the agent must report a hostname"))?;
+    if !token.starts_with(ENROLLMENT_PREFIX) {
+        return Err(AppError::Unauthorized);
+    }
+    let now = Utc::now();
+    let txn = crate::db::begin_write(&services.db).await.map_err(internal("starting enrollment"))?;
+    let Some(row) = enrollment_tokens::Entity::find()
+        .filter(enrollment_tokens::Column::TokenHash.eq(digest(token)))
+        .one(&txn)
+        .await
+        .map_err(internal("loading enrollment token"))?
+    else {
+        return Err(AppError::Unauthorized);
+    };
+    // Claim the token with a conditional update, so two agents racing with one token cannot
+    // both win on either backend.
+    let claimed = enrollment_tokens::Entity::update_many()
+        .col_expr(enrollment_tokens::Column::UsedAt, Expr::value(now))
+        .filter(enrollment_tokens::Column::Id.eq(row.id))
+        .filter(enrollment_tokens::Column::UsedAt.is_null())
+        .filter(enrollment_tokens::Column::ExpiresAt.gt(now))
+        .exec(&txn)
+        .await
+        .map_err(internal("claiming enrollment token"))?;
+    if claimed.rows_affected != 1 {
+        return Err(AppError::Unauthorized);
+    }
+    let credential = secret(HOST_CREDENTIAL_PREFIX);
+    let host = hosts::ActiveModel {
+        provider_id: Set(row.provider_id),
+        hostname: Set(hostname),
+        location: Set(row.location.clone()),
+        credential_hash: Set(digest(&credential)),
+        status: Set(HostStatus::Offline.as_str().into()),
+        agent_version: Set(None),
+        facts: Set(None),
+        last_heartbeat_at: Set(None),
+        created_at: Set(now),
+        revoked_at: Set(None),
+        ..Default::default()
+    }
+    .insert(&txn)
+    .await
+    .map_err(internal("inserting host"))?;
+    enrollment_tokens::Entity::update_many()
+        .col_expr(enrollment_tokens::Column::HostId, Expr::value(host.id))
+        .filter(enrollment_tokens::Column::Id.eq(row.id))
+        .exec(&txn)
+        .await
+        .map_err(internal("linking enrollment token"))?;
+    record_event(&txn, host.id, HostStatus::Offline, "enrolled", now).await?;
+    txn.commit().await.map_err(internal("committing enrollment"))?;
+    tracing::info!(host.id = host.id, provider.id = row.provider_id, "host enrolled");
+    Ok(EnrolledHost { host_id: host.id, credential })
+}
+
+/// The host a credential belongs to. Unknown and revoked credentials are `Unauthorized`.
+pub async fn authenticate_host(services: &Services, credential: &str) -> AppResult<hosts::Model> {
+    if !credential.starts_with(HOST_CREDENTIAL_PREFIX) {
+        return Err(AppError::Unauthorized);
+    }
+    hosts::Entity::find()
+        .filter(hosts::Column::CredentialHash.eq(digest(credential)))
+        .filter(hosts::Column::RevokedAt.is_null())
+        .one(&services.db)
+        .await
+        .map_err(internal("loading host"))?
+        .ok_or(AppError::Unauthorized)
+}
+
+async fn record_event(
+    db: &impl ConnectionTrait,
+    host_id: i64,
+    status: HostStatus,
+    reason: &str,
+    at: DateTime<Utc>,
+) -> AppResult<()> {
+    host_events::ActiveModel {
+        host_id: Set(host_id),
+        status: Set(status.as_str().into()),
+        reason: Set(reason.into()),
+        at: Set(at),
+        ..Default::default()
+    }
+    .insert(db)
+    .await
+    .map_err(internal("recording host event"))?;
+    Ok(())
+}
+
+/// Records that `host` was heard from now; an offline host comes back online.
+pub async fn record_heartbeat(services: &Services, host: &hosts::Model) -> AppResult<()> {
+    let now = Utc::now();
+    let txn = crate::db::begin_write(&services.db).await.map_err(internal("starting heartbeat"))?;
+    let came_online = hosts::Entity::update_many()
+        .col_expr(hosts::Column::Status, Expr::value(HostStatus::Online.as_str()))
+        .col_expr(hosts::Column::LastHeartbeatAt, Expr::value(now))
+        .filter(hosts::Column::Id.eq(host.id))
+        .filter(hosts::Column::RevokedAt.is_null())
+        .filter(hosts::Column::Status.ne(HostStatus::Online.as_str()))
+        .exec(&txn)
+        .await
+        .map_err(internal("marking host online"))?
+        .rows_affected
+        == 1;
+    if came_online {
+        record_event(&txn, host.id, HostStatus::Online, "agent connected", now).await?;
+    } else {
+        hosts::Entity::update_many()
+            .col_expr(hosts::Column::LastHeartbeatAt, Expr::value(now))
+            .filter(hosts::Column::Id.eq(host.id))
+            .filter(hosts::Column::RevokedAt.is_null())
+            .exec(&txn)
+            .await
+            .map_err(internal("recording heartbeat"))?;
+    }
+    txn.commit().await.map_err(internal("committing heartbeat"))
+}
+
+/// Marks online hosts silent for longer than `grace` offline. Returns the ids it marked.
+pub async fn mark_silent_hosts_offline(services: &Services, grace: std::time::Duration) -> AppResult<Vec<i64>> {
+    let now = Utc::now();
+    let cutoff = now - Duration::from_std(grace).unwrap_or(Duration::seconds(20));
+    let txn = crate::db::begin_write(&services.db).await.map_err(internal("starting liveness sweep"))?;
+    let silent: Vec<i64> = hosts::Entity::find()
+        .filter(hosts::Column::Status.eq(HostStatus::Online.as_str()))
+        .filter(hosts::Column::LastHeartbeatAt.lt(cutoff))
+        .all(&txn)
+        .await
+        .map_err(internal("finding silent hosts"))?
+        .into_iter()
+        .map(|h| h.id)
+        .collect();
+    for id in &silent {
+        let changed = hosts::Entity::update_many()
+            .col_expr(hosts::Column::Status, Expr::value(HostStatus::Offline.as_str()))
+            .filter(hosts::Column::Id.eq(*id))
+            .filter(hosts::Column::Status.eq(HostStatus::Online.as_str()))
+            .exec(&txn)
+            .await
+            .map_err(internal("marking host offline"))?;
+        if changed.rows_affected == 1 {
+            record_event(&txn, *id, HostStatus::Offline, "missed heartbeats", now).await?;
+        }
+    }
+    txn.commit().await.map_err(internal("committing liveness sweep"))?;
+    Ok(silent)
+}
+
+/// Stores what the agent reports: host facts and GPUs. GPUs are matched by UUID; one that
+/// disappears from the report is kept, marked `missing`, so history stays intact.
+pub async fn record_inventory(services: &Services, host: &hosts::Model, inventory: &Inventory) -> AppResult<()> {
+    cardpool_protocol::PROTOCOL_VERSION
+        .check_peer(inventory.protocol)
+        .map_err(|m| AppError::invalid_field("protocol", m))?;
+    if inventory.gpus.len() > 64 {
+        return Err(AppError::invalid_field("gpus", "a host reports at most 64 GPUs"));
+    }
+    let now = Utc::now();
+    let txn = services.db.begin().await.map_err(internal("starting inventory update"))?;
+    let facts = serde_json::to_string(&inventory.host).map_err(|_| AppError::Internal)?;
+    let mut row = hosts::Entity::find_by_id(host.id)
+        .one(&txn)
+        .await
+        .map_err(internal("loading host"))?
+        .ok_or_else(|| AppError::not_found("host"))?
+        .into_active_model();
+    row.facts = Set(Some(facts));
+    row.agent_version = Set(Some(inventory.host.agent_version.clone()));
+    if let Some(hostname) = clean_label("hostname", Some(&inventory.host.hostname), MAX_HOSTNAME_LEN)? {
+        row.hostname = Set(hostname);
+    }
+    row.update(&txn).await.map_err(internal("saving host facts"))?;
+
+    let existing: BTreeMap<String, gpus::Model> = gpus::Entity::find()
+        .filter(gpus::Column::HostId.eq(host.id))
+        .all(&txn)
+        .await
+        .map_err(internal("loading gpus"))?
+        .into_iter()
+        .map(|g| (g.uuid.clone(), g))
+        .collect();
+    for gpu in &inventory.gpus {
+        let peers = serde_json::to_string(&gpu.nvlink_peers).map_err(|_| AppError::Internal)?;
+        let mut row = match existing.get(&gpu.uuid) {
+            Some(known) => known.clone().into_active_model(),
+            None => gpus::ActiveModel { host_id: Set(host.id), uuid: Set(gpu.uuid.clone()), ..Default::default() },
+        };
+        row.device_index = Set(gpu.index as i32);
+        row.model = Set(gpu.name.clone());
+        row.memory_bytes = Set(i64::try_from(gpu.memory_total_bytes).unwrap_or(i64::MAX));
+        row.pci_bus_id = Set(gpu.pci_bus_id.clone());
+        row.driver_version = Set(gpu.driver_version.clone());
+        row.cuda_version = Set(gpu.cuda_version.clone());
+        row.nvlink_peers = Set(peers);
+        row.state = Set("available".into());
+        row.updated_at = Set(now);
+        row.save(&txn).await.map_err(internal("saving gpu"))?;
+    }
+    let reported: Vec<&str> = inventory.gpus.iter().map(|g| g.uuid.as_str()).collect();
+    for gone in existing.values().filter(|g| !reported.contains(&g.uuid.as_str()) && g.state != "missing") {
+        let mut row = gone.clone().into_active_model();
+        row.state = Set("missing".into());
+        row.updated_at = Set(now);
+        row.update(&txn).await.map_err(internal("marking gpu missing"))?;
+    }
+    txn.commit().await.map_err(internal("committing inventory"))?;
+    Ok(())
+}
+
+fn summary(host: &hosts::Model, host_gpus: &[gpus::Model]) -> HostSummary {
+    let available: Vec<&gpus::Model> = host_gpus.iter().filter(|g| g.state == "available").collect();
+    let mut models: BTreeMap<&str, u32> = BTreeMap::new();
+    for gpu in &available {
+        *models.entry(gpu.model.as_str()).or_default() += 1;
+    }
+    HostSummary {
+        id: host.id,
+        hostname: host.hostname.clone(),
+        location: host.location.clone(),
+        status: if host.revoked_at.is_some() {
+            HostStatus::Revoked
+        } else {
+            HostStatus::parse(&host.status).unwrap_or(HostStatus::Offline)
+        },
+        last_heartbeat_at: host.last_heartbeat_at,
+        agent_version: host.agent_version.clone(),
+        gpu_count: available.len() as u32,
+        gpu_summary: models.iter().map(|(m, n)| format!("{n}× {m}")).collect::<Vec<_>>().join(", "),
+        created_at: host.created_at,
+    }
+}
+
+/// The caller's hosts (every host for an admin), newest first.
+pub async fn list_hosts(services: &Services, principal: &Principal) -> AppResult<Vec<HostSummary>> {
+    if !principal.roles.admin {
+        require_provider(principal)?;
+    }
+    let mut query = hosts::Entity::find().order_by_desc(hosts::Column::Id);
+    if !principal.roles.admin {
+        query = query.filter(hosts::Column::ProviderId.eq(principal.user_id));
+    }
+    let rows = query.find_with_related(gpus::Entity).all(&services.db).await.map_err(internal("listing hosts"))?;
+    Ok(rows.iter().map(|(host, host_gpus)| summary(host, host_gpus)).collect())
+}
+
+async fn visible_host(services: &Services, principal: &Principal, host_id: i64) -> AppResult<hosts::Model> {
+    hosts::Entity::find_by_id(host_id)
+        .one(&services.db)
+        .await
+        .map_err(internal("loading host"))?
+        .filter(|h| principal.roles.admin || h.provider_id == principal.user_id)
+        .ok_or_else(|| AppError::not_found("host"))
+}
+
+/// One host with its GPUs and status history (its provider or an admin).
+pub async fn get_host(services: &Services, principal: &Principal, host_id: i64) -> AppResult<HostDetail> {
+    let host = visible_host(services, principal, host_id).await?;
+    let host_gpus = gpus::Entity::find()
+        .filter(gpus::Column::HostId.eq(host.id))
+        .order_by_asc(gpus::Column::DeviceIndex)
+        .all(&services.db)
+        .await
+        .map_err(internal("loading gpus"))?;
+    let events = host_events::Entity::find()
+        .filter(host_events::Column::HostId.eq(host.id))
+        .order_by_desc(host_events::Column::Id)
+        .all(&services.db)
+        .await
+        .map_err(internal("loading host events"))?;
+    Ok(HostDetail {
+        host: summary(&host, &host_gpus),
+        gpus: host_gpus
+            .iter()
+            .map(|g| GpuView {
+                index: g.device_index,
+                uuid: g.uuid.clone(),
+                model: g.model.clone(),
+                memory_bytes: g.memory_bytes,
+                pci_bus_id: g.pci_bus_id.clone(),
+                driver_version: g.driver_version.clone(),
+                cuda_version: g.cuda_version.clone(),
+                nvlink_peers: serde_json::from_str(&g.nvlink_peers).unwrap_or_default(),
+                state: g.state.clone(),
+            })
+            .collect(),
+        events: events
+            .iter()
+            .map(|e| HostEvent {
+                status: HostStatus::parse(&e.status).unwrap_or(HostStatus::Offline),
+                reason: e.reason.clone(),
+                at: e.at,
+            })
+            .collect(),
+    })
+}
+
+/// The facts the host's agent last reported, if any.
+pub fn host_facts(host: &hosts::Model) -> Option<HostFacts> {
+    host.facts.as_deref().and_then(|f| serde_json::from_str(f).ok())
+}
+
+/// Revokes a host: its credential stops working at once.
+pub async fn revoke_host(services: &Services, principal: &Principal, host_id: i64) -> AppResult<()> {
+    let host = visible_host(services, principal, host_id).await?;
+    if host.revoked_at.is_some() {
+        return Ok(());
+    }
+    let now = Utc::now();
+    let txn = services.db.begin().await.map_err(internal("starting revocation"))?;
+    let mut row = host.into_active_model();
+    row.revoked_at = Set(Some(now));
+    row.status = Set(HostStatus::Revoked.as_str().into());
+    row.update(&txn).await.map_err(internal("revoking host"))?;
+    record_event(&txn, host_id, HostStatus::Revoked, "revoked by its provider", now).await?;
+    txn.commit().await.map_err(internal("committing revocation"))?;
+    tracing::info!(host.id = host_id, by = principal.user_id, "host revoked");
+    Ok(())
+}

@@ -1,0 +1,204 @@
+//! Host enrollment, credentials, inventory and liveness at the service level, on both backends.
+
+use cardpool_domain::{AppError, account::SignUpRequest, host::HostStatus};
+use cardpool_protocol::{GpuInfo, HostFacts, Inventory, PROTOCOL_VERSION, ProtocolVersion};
+use cardpool_service::{
+    Services, Settings, accounts,
+    auth::{Credential, Principal},
+    backend_tests, hosts,
+    testing::{self, Backend},
+};
+use std::time::Duration;
+
+const SERVER: &str = "http://127.0.0.1:3000";
+
+async fn account(services: &Services, email: &str, provider: bool) -> Principal {
+    let me =
+        accounts::sign_up(services, &SignUpRequest { email: email.into(), password: "correct horse battery".into() })
+            .await
+            .unwrap();
+    let principal = Principal { user_id: me.id, email: me.email, roles: me.roles, credential: Credential::Session };
+    if provider {
+        let me = accounts::enable_provider(services, &principal).await.unwrap();
+        return Principal { roles: me.roles, ..principal };
+    }
+    principal
+}
+
+fn inventory(uuids: &[&str]) -> Inventory {
+    Inventory {
+        protocol: PROTOCOL_VERSION,
+        host: HostFacts {
+            hostname: "gpu-box-1".into(),
+            cpu_model: "AMD EPYC 9654".into(),
+            cpu_cores: 96,
+            ram_bytes: 1 << 40,
+            disk_bytes: 1 << 42,
+            os: "Debian 12".into(),
+            agent_version: "0.1.0".into(),
+            location: None,
+        },
+        gpus: uuids
+            .iter()
+            .enumerate()
+            .map(|(i, uuid)| GpuInfo {
+                index: i as u32,
+                uuid: (*uuid).into(),
+                name: "NVIDIA H100 80GB HBM3".into(),
+                pci_bus_id: format!("00000000:{i:02X}:00.0"),
+                memory_total_bytes: 80 << 30,
+                driver_version: "550.54.15".into(),
+                cuda_version: "12.4".into(),
+                power_limit_milliwatts: Some(700_000),
+                mig_enabled: Some(false),
+                nvlink_peers: vec![],
+            })
+            .collect(),
+    }
+}
+
+backend_tests!(
+    enrollment_tokens_are_for_providers_single_use_and_hashed,
+    a_host_speaks_only_with_its_own_credential,
+    inventory_upserts_gpus_by_uuid,
+    heartbeats_and_silence_drive_liveness_with_recorded_transitions,
+    hosts_are_visible_to_their_provider_and_admins_only,
+    revoked_hosts_lose_their_credential,
+);
+
+async fn enrollment_tokens_are_for_providers_single_use_and_hashed(backend: Backend) {
+    let (_db, services) = testing::services(backend, Settings::default()).await;
+    let renter = account(&services, "renter@example.com", false).await;
+    assert!(matches!(
+        hosts::create_enrollment_token(&services, &renter, None, SERVER).await,
+        Err(AppError::Forbidden(_))
+    ));
+    let provider = account(&services, "prov@example.com", true).await;
+    let created = hosts::create_enrollment_token(&services, &provider, Some(" Frankfurt, DE "), SERVER).await.unwrap();
+    assert_eq!(created.command, format!("cardpool-agent enroll --server {SERVER} --token {}", created.token));
+
+    use cardpool_service::entities::enrollment_tokens;
+    use sea_orm::EntityTrait;
+    let row = enrollment_tokens::Entity::find().one(&services.db).await.unwrap().unwrap();
+    assert_ne!(row.token_hash, created.token);
+    assert_eq!(row.location.as_deref(), Some("Frankfurt, DE"));
+
+    let enrolled = hosts::enroll_host(&services, &created.token, "gpu-box-1").await.unwrap();
+    assert!(enrolled.credential.starts_with("cph_"));
+    let replay = hosts::enroll_host(&services, &created.token, "gpu-box-2").await;
+    assert_eq!(replay.unwrap_err(), AppError::Unauthorized, "a token works once");
+    assert_eq!(hosts::enroll_host(&services, "cpe_made-up", "x").await.unwrap_err(), AppError::Unauthorized);
+    let bad_name = hosts::create_enrollment_token(&services, &provider, Some(&"x".repeat(100)), SERVER).await;
+    assert!(bad_name.unwrap_err().field("location").is_some());
+}
+
+async fn a_host_speaks_only_with_its_own_credential(backend: Backend) {
+    let (_db, services) = testing::services(backend, Settings::default()).await;
+    let provider = account(&services, "p@example.com", true).await;
+    let a = hosts::create_enrollment_token(&services, &provider, None, SERVER).await.unwrap();
+    let b = hosts::create_enrollment_token(&services, &provider, None, SERVER).await.unwrap();
+    let host_a = hosts::enroll_host(&services, &a.token, "a").await.unwrap();
+    let host_b = hosts::enroll_host(&services, &b.token, "b").await.unwrap();
+    assert_eq!(hosts::authenticate_host(&services, &host_a.credential).await.unwrap().id, host_a.host_id);
+    assert_eq!(hosts::authenticate_host(&services, &host_b.credential).await.unwrap().id, host_b.host_id);
+    assert_eq!(hosts::authenticate_host(&services, "cph_forged").await.unwrap_err(), AppError::Unauthorized);
+    assert_eq!(hosts::authenticate_host(&services, &a.token).await.unwrap_err(), AppError::Unauthorized);
+}
+
+async fn inventory_upserts_gpus_by_uuid(backend: Backend) {
+    let (_db, services) = testing::services(backend, Settings::default()).await;
+    let provider = account(&services, "p@example.com", true).await;
+    let token = hosts::create_enrollment_token(&services, &provider, None, SERVER).await.unwrap();
+    let enrolled = hosts::enroll_host(&services, &token.token, "box").await.unwrap();
+    let host = hosts::authenticate_host(&services, &enrolled.credential).await.unwrap();
+
+    hosts::record_inventory(&services, &host, &inventory(&["GPU-a", "GPU-b"])).await.unwrap();
+    hosts::record_inventory(&services, &host, &inventory(&["GPU-a", "GPU-b"])).await.unwrap();
+    let detail = hosts::get_host(&services, &provider, host.id).await.unwrap();
+    assert_eq!(detail.gpus.len(), 2, "re-reporting does not duplicate GPUs");
+    assert_eq!(detail.host.gpu_summary, "2× NVIDIA H100 80GB HBM3");
+    assert_eq!(detail.host.hostname, "gpu-box-1");
+
+    hosts::record_inventory(&services, &host, &inventory(&["GPU-a"])).await.unwrap();
+    let detail = hosts::get_host(&services, &provider, host.id).await.unwrap();
+    assert_eq!(detail.gpus.iter().map(|g| g.state.as_str()).collect::<Vec<_>>(), vec!["available", "missing"]);
+    assert_eq!(detail.host.gpu_count, 1);
+
+    let future = Inventory { protocol: ProtocolVersion { major: 2, minor: 0 }, ..inventory(&[]) };
+    let refused = hosts::record_inventory(&services, &host, &future).await.unwrap_err();
+    assert!(refused.field("protocol").unwrap().contains("not supported"));
+}
+
+async fn heartbeats_and_silence_drive_liveness_with_recorded_transitions(backend: Backend) {
+    let (_db, services) = testing::services(backend, Settings::default()).await;
+    let provider = account(&services, "p@example.com", true).await;
+    let token = hosts::create_enrollment_token(&services, &provider, None, SERVER).await.unwrap();
+    let enrolled = hosts::enroll_host(&services, &token.token, "box").await.unwrap();
+    let host = hosts::authenticate_host(&services, &enrolled.credential).await.unwrap();
+    let status = || async { hosts::get_host(&services, &provider, host.id).await.unwrap().host.status };
+    assert_eq!(status().await, HostStatus::Offline, "enrolled but not yet connected");
+
+    hosts::record_heartbeat(&services, &host).await.unwrap();
+    hosts::record_heartbeat(&services, &host).await.unwrap();
+    assert_eq!(status().await, HostStatus::Online);
+    assert!(hosts::mark_silent_hosts_offline(&services, Duration::from_secs(20)).await.unwrap().is_empty());
+
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(hosts::mark_silent_hosts_offline(&services, Duration::from_secs(1)).await.unwrap(), vec![host.id]);
+    assert_eq!(status().await, HostStatus::Offline);
+    hosts::record_heartbeat(&services, &host).await.unwrap();
+    assert_eq!(status().await, HostStatus::Online, "back online on reconnect");
+
+    let events = hosts::get_host(&services, &provider, host.id).await.unwrap().events;
+    let trail: Vec<(HostStatus, &str)> = events.iter().rev().map(|e| (e.status, e.reason.as_str())).collect();
+    assert_eq!(
+        trail,
+        vec![
+            (HostStatus::Offline, "enrolled"),
+            (HostStatus::Online, "agent connected"),
+            (HostStatus::Offline, "missed heartbeats"),
+            (HostStatus::Online, "agent connected"),
+        ]
+    );
+}
+
+async fn hosts_are_visible_to_their_provider_and_admins_only(backend: Backend) {
+    let (_db, services) = testing::services(backend, Settings::default()).await;
+    let owner = account(&services, "owner@example.com", true).await;
+    let other = account(&services, "other@example.com", true).await;
+    let token = hosts::create_enrollment_token(&services, &owner, None, SERVER).await.unwrap();
+    let enrolled = hosts::enroll_host(&services, &token.token, "box").await.unwrap();
+
+    assert_eq!(hosts::list_hosts(&services, &owner).await.unwrap().len(), 1);
+    assert!(hosts::list_hosts(&services, &other).await.unwrap().is_empty());
+    assert!(matches!(hosts::get_host(&services, &other, enrolled.host_id).await, Err(AppError::NotFound(_))));
+    assert!(matches!(hosts::revoke_host(&services, &other, enrolled.host_id).await, Err(AppError::NotFound(_))));
+
+    accounts::create_admin(&services, "admin@example.com", Some("admin password 1")).await.unwrap();
+    let admin = account_roles(&services, "admin@example.com").await;
+    assert_eq!(hosts::list_hosts(&services, &admin).await.unwrap().len(), 1);
+    assert!(hosts::get_host(&services, &admin, enrolled.host_id).await.is_ok());
+}
+
+async fn account_roles(services: &Services, email: &str) -> Principal {
+    let (me, _) = accounts::sign_in(
+        services,
+        &cardpool_domain::account::SignInRequest { email: email.into(), password: "admin password 1".into() },
+        None,
+    )
+    .await
+    .unwrap();
+    Principal { user_id: me.id, email: me.email, roles: me.roles, credential: Credential::Session }
+}
+
+async fn revoked_hosts_lose_their_credential(backend: Backend) {
+    let (_db, services) = testing::services(backend, Settings::default()).await;
+    let provider = account(&services, "p@example.com", true).await;
+    let token = hosts::create_enrollment_token(&services, &provider, None, SERVER).await.unwrap();
+    let enrolled = hosts::enroll_host(&services, &token.token, "box").await.unwrap();
+    hosts::revoke_host(&services, &provider, enrolled.host_id).await.unwrap();
+    assert_eq!(hosts::authenticate_host(&services, &enrolled.credential).await.unwrap_err(), AppError::Unauthorized);
+    let detail = hosts::get_host(&services, &provider, enrolled.host_id).await.unwrap();
+    assert_eq!(detail.host.status, HostStatus::Revoked);
+    assert_eq!(detail.events[0].reason, "revoked by its provider");
+}
