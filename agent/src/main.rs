@@ -1,19 +1,17 @@
-//! `cardpool-agent`: runs on a provider's host and describes its GPUs.
-//!
-//! This build discovers hardware (NVML, or `--simulate` without a GPU) and checks its health;
-//! enrollment and the connection to the server come next (see the README).
+//! `cardpool-agent`: runs on a provider's host, enrolls it, keeps it connected to the server
+//! and reports its GPUs (NVML, or `--simulate` without a GPU).
 
-mod gpu;
-mod host;
-mod selftest;
-
-use clap::{Args, Parser, Subcommand};
-use gpu::{
-    GpuSource,
-    nvml::NvmlSource,
-    simulated::{Fault, SimulatedSource},
+use cardpool_agent::{
+    connection, enrollment,
+    gpu::{
+        GpuSource,
+        nvml::NvmlSource,
+        simulated::{Fault, SimulatedSource},
+    },
+    host, selftest, state,
 };
-use std::process::ExitCode;
+use clap::{Args, Parser, Subcommand};
+use std::{path::PathBuf, process::ExitCode};
 
 #[derive(Parser)]
 #[command(name = "cardpool-agent", version, about = "Cardpool provider agent: puts this host's GPUs on the market")]
@@ -24,6 +22,24 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Enroll this host with a single-use token from your Hosts page; saves its credential.
+    Enroll {
+        /// The Cardpool server, e.g. http://127.0.0.1:3000
+        #[arg(long)]
+        server: String,
+        /// The enrollment token (cpe_...).
+        #[arg(long, env = "CARDPOOL_ENROLLMENT_TOKEN")]
+        token: String,
+        #[arg(long, env = "CARDPOOL_AGENT_STATE_DIR")]
+        state_dir: Option<PathBuf>,
+    },
+    /// Connect to the server and stay connected: inventory, heartbeats, reconnects.
+    Run {
+        #[arg(long, env = "CARDPOOL_AGENT_STATE_DIR")]
+        state_dir: Option<PathBuf>,
+        #[command(flatten)]
+        source: SourceArgs,
+    },
     /// Print what this host would report: host facts and every GPU.
     Inventory {
         /// Print JSON (the protocol's `Inventory`) instead of a table.
@@ -68,8 +84,9 @@ impl SourceArgs {
     }
 }
 
-fn main() -> ExitCode {
-    match run(Cli::parse()) {
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run(Cli::parse()).await {
         Ok(code) => code,
         Err(message) => {
             eprintln!("cardpool-agent: {message}");
@@ -79,8 +96,24 @@ fn main() -> ExitCode {
 }
 
 #[allow(clippy::print_stdout)] // printing the report is this command's job
-fn run(cli: Cli) -> Result<ExitCode, String> {
+async fn run(cli: Cli) -> Result<ExitCode, String> {
     match cli.command {
+        Command::Enroll { server, token, state_dir } => {
+            let dir = state_dir.unwrap_or_else(state::default_dir);
+            let hostname = host::host_facts(None).hostname;
+            let enrolled = enrollment::enroll(&server, &token, &hostname).await?;
+            let path = state::save(&dir, &enrolled)?;
+            eprintln!("enrolled as host {} with {server}; credential saved to {}", enrolled.host_id, path.display());
+            eprintln!("next: cardpool-agent run");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Run { state_dir, source } => {
+            let saved = state::load(&state_dir.unwrap_or_else(state::default_dir))?;
+            let hostname = host::host_facts(None).hostname;
+            let gpus = source.open(&hostname)?;
+            connection::run(&saved, gpus.as_ref(), source.location.clone()).await?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Inventory { json, source } => {
             let host = host::host_facts(source.location.clone());
             let gpus = source.open(&host.hostname)?.gpus().map_err(|e| e.to_string())?;

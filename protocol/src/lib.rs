@@ -107,3 +107,27 @@ mod tests {
         assert_eq!(serde_json::from_str::<Inventory>(&json).unwrap(), inventory);
     }
 }
+
+/// What the agent sends over its WebSocket (`/agent/v1/connect`), one JSON text frame each.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AgentMessage {
+    /// First frame of every connection. `host_id` is the id the agent was enrolled as; the
+    /// server refuses a hello whose id is not the credential's host.
+    Hello { protocol: ProtocolVersion, agent_version: String, host_id: i64 },
+    /// On connect and whenever it changes.
+    Inventory(Inventory),
+    /// Every `heartbeat_interval_secs`.
+    Heartbeat { sequence: u64 },
+}
+
+/// What the server sends back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ServerMessage {
+    /// The hello was accepted.
+    Welcome { host_id: i64, heartbeat_interval_secs: u64 },
+    /// The connection is refused or ended (unsupported protocol, revoked host, bad message);
+    /// the server closes the socket after sending it.
+    Refused { reason: String },
+}

@@ -54,6 +54,10 @@ pub struct Config {
     pub sign_in_attempts_per_ip: u32,
     /// Window of both sign-in limits, seconds.
     pub sign_in_window_secs: u64,
+    /// How often agents send a heartbeat, seconds.
+    pub heartbeat_interval_secs: u64,
+    /// A host silent for this long is marked offline, seconds.
+    pub host_offline_grace_secs: u64,
 }
 
 impl Default for Config {
@@ -70,6 +74,8 @@ impl Default for Config {
             sign_in_failures_per_account: 5,
             sign_in_attempts_per_ip: 30,
             sign_in_window_secs: 15 * 60,
+            heartbeat_interval_secs: 5,
+            host_offline_grace_secs: 20,
         }
     }
 }

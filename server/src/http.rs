@@ -23,6 +23,7 @@ pub const SESSION_COOKIE: &str = "cardpool_session";
 #[derive(Clone, Debug)]
 pub struct HttpOptions {
     pub https: bool,
+    pub heartbeat_interval: std::time::Duration,
     pub trust_forwarded_for: bool,
     pub public_origin: Option<String>,
 }
@@ -31,6 +32,7 @@ impl HttpOptions {
     pub fn from_config(config: &Config) -> Self {
         HttpOptions {
             https: config.served_over_https(),
+            heartbeat_interval: std::time::Duration::from_secs(config.heartbeat_interval_secs.max(1)),
             trust_forwarded_for: config.trust_forwarded_for,
             public_origin: config.public_url.as_deref().map(|u| u.trim_end_matches('/').to_owned()),
         }
@@ -58,16 +60,20 @@ pub fn router(services: Services, leptos_options: LeptosOptions, options: HttpOp
         .with_expiry(Expiry::OnInactivity(idle));
     let state = AppState { leptos_options, services };
     let routes = generate_route_list(App);
+    let gateway = crate::gateway::GatewayOptions { heartbeat_interval: options.heartbeat_interval };
     let options = Arc::new(options);
 
     Router::new()
         .route("/healthz", get(healthz))
         .nest("/api/v1", api::router())
+        .route("/agent/v1/connect", get(crate::gateway::connect))
         .leptos_routes(&state, routes, {
             let leptos_options = state.leptos_options.clone();
             move || shell(leptos_options.clone())
         })
         .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
+        .layer(axum::Extension(gateway))
+        .layer(axum::Extension(options.clone()))
         .layer(sessions)
         .layer(from_fn_with_state(options.clone(), reject_cross_site))
         .layer(from_fn_with_state(options.clone(), client_ip))

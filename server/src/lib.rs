@@ -7,6 +7,8 @@
 pub mod api;
 pub mod config;
 pub mod demo;
+pub mod gateway;
 pub mod http;
+pub mod workers;
 
 pub use config::Config;

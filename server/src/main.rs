@@ -2,11 +2,10 @@
 //! hands over to the library; nothing else lives here.
 
 use anyhow::Context;
-use cardpool_server::{Config, demo, http};
-use cardpool_service::{Services, accounts, db, session_store::DbSessionStore};
+use cardpool_server::{Config, demo, http, workers};
+use cardpool_service::{Services, accounts, db};
 use clap::{Args, Parser, Subcommand};
 use std::{io::Read, net::SocketAddr, path::PathBuf};
-use tower_sessions::ExpiredDeletion;
 
 #[derive(Parser)]
 #[command(name = "cardpool", version, about = "Cardpool: the open GPU compute marketplace")]
@@ -145,16 +144,7 @@ async fn serve(config_file: Option<&std::path::Path>, args: ServeArgs) -> anyhow
         }
     }
 
-    let store = DbSessionStore::new(services.db.clone());
-    tokio::spawn(async move {
-        let mut every = tokio::time::interval(std::time::Duration::from_secs(600));
-        loop {
-            every.tick().await;
-            if let Err(err) = store.delete_expired().await {
-                tracing::warn!(error = %err, "expired-session cleanup failed; will retry");
-            }
-        }
-    });
+    workers::spawn(&services, std::time::Duration::from_secs(config.host_offline_grace_secs));
 
     let app = http::router(services, http::leptos_options(&config), http::HttpOptions::from_config(&config));
     let listener =

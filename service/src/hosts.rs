@@ -214,32 +214,48 @@ pub async fn record_heartbeat(services: &Services, host: &hosts::Model) -> AppRe
 
 /// Marks online hosts silent for longer than `grace` offline. Returns the ids it marked.
 pub async fn mark_silent_hosts_offline(services: &Services, grace: std::time::Duration) -> AppResult<Vec<i64>> {
-    let now = Utc::now();
-    let cutoff = now - Duration::from_std(grace).unwrap_or(Duration::seconds(20));
-    let txn = crate::db::begin_write(&services.db).await.map_err(internal("starting liveness sweep"))?;
+    let cutoff = Utc::now() - Duration::from_std(grace).unwrap_or(Duration::seconds(20));
     let silent: Vec<i64> = hosts::Entity::find()
         .filter(hosts::Column::Status.eq(HostStatus::Online.as_str()))
         .filter(hosts::Column::LastHeartbeatAt.lt(cutoff))
-        .all(&txn)
+        .all(&services.db)
         .await
         .map_err(internal("finding silent hosts"))?
         .into_iter()
         .map(|h| h.id)
         .collect();
-    for id in &silent {
-        let changed = hosts::Entity::update_many()
-            .col_expr(hosts::Column::Status, Expr::value(HostStatus::Offline.as_str()))
-            .filter(hosts::Column::Id.eq(*id))
-            .filter(hosts::Column::Status.eq(HostStatus::Online.as_str()))
-            .exec(&txn)
-            .await
-            .map_err(internal("marking host offline"))?;
-        if changed.rows_affected == 1 {
-            record_event(&txn, *id, HostStatus::Offline, "missed heartbeats", now).await?;
+    let mut marked = Vec::new();
+    for id in silent {
+        if set_offline(services, id, "missed heartbeats").await? {
+            marked.push(id);
         }
     }
-    txn.commit().await.map_err(internal("committing liveness sweep"))?;
-    Ok(silent)
+    Ok(marked)
+}
+
+/// The agent closed its connection: the host is offline now rather than after the grace.
+pub async fn record_disconnect(services: &Services, host: &hosts::Model) -> AppResult<()> {
+    set_offline(services, host.id, "agent disconnected").await.map(|_| ())
+}
+
+/// Moves an online host offline, recording why. Returns whether it was online.
+async fn set_offline(services: &Services, host_id: i64, reason: &str) -> AppResult<bool> {
+    let now = Utc::now();
+    let txn = crate::db::begin_write(&services.db).await.map_err(internal("starting offline transition"))?;
+    let changed = hosts::Entity::update_many()
+        .col_expr(hosts::Column::Status, Expr::value(HostStatus::Offline.as_str()))
+        .filter(hosts::Column::Id.eq(host_id))
+        .filter(hosts::Column::Status.eq(HostStatus::Online.as_str()))
+        .exec(&txn)
+        .await
+        .map_err(internal("marking host offline"))?
+        .rows_affected
+        == 1;
+    if changed {
+        record_event(&txn, host_id, HostStatus::Offline, reason, now).await?;
+    }
+    txn.commit().await.map_err(internal("committing offline transition"))?;
+    Ok(changed)
 }
 
 /// Stores what the agent reports: host facts and GPUs. GPUs are matched by UUID; one that

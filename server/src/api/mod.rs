@@ -6,6 +6,7 @@
 
 mod accounts;
 mod api_tokens;
+mod hosts;
 
 use axum::{
     Json, Router,
@@ -39,6 +40,11 @@ pub fn router() -> Router<AppState> {
         .route("/users/{id}/admin", post(accounts::grant_admin))
         .route("/tokens", get(api_tokens::list_api_tokens).post(api_tokens::create_api_token))
         .route("/tokens/{id}", delete(api_tokens::revoke_api_token))
+        .route("/enrollment-tokens", post(hosts::create_enrollment_token))
+        .route("/agent/enroll", post(hosts::enroll_host))
+        .route("/hosts", get(hosts::list_hosts))
+        .route("/hosts/{id}", get(hosts::get_host))
+        .route("/hosts/{id}/revoke", post(hosts::revoke_host))
         .fallback(|| async { ApiError(AppError::not_found("API route")) })
 }
 
@@ -57,10 +63,15 @@ pub fn router() -> Router<AppState> {
         api_tokens::create_api_token,
         api_tokens::list_api_tokens,
         api_tokens::revoke_api_token,
+        hosts::create_enrollment_token,
+        hosts::enroll_host,
+        hosts::list_hosts,
+        hosts::get_host,
+        hosts::revoke_host,
     ),
     components(schemas(ErrorBody)),
     modifiers(&SecuritySchemes),
-    tags((name = "accounts", description = "Sign-up, sign-in and profile"), (name = "tokens", description = "Personal API tokens"))
+    tags((name = "accounts", description = "Sign-up, sign-in and profile"), (name = "tokens", description = "Personal API tokens"), (name = "hosts", description = "Provider hosts and their agents"))
 )]
 pub struct ApiDoc;
 

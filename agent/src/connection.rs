@@ -1,0 +1,247 @@
+//! `cardpool-agent run`: stay connected to the server, report inventory and heartbeats.
+//!
+//! The agent dials out (so it works behind NAT), authenticates with its host credential, and
+//! reconnects with jittered exponential backoff when the connection drops. A refusal that
+//! retrying cannot fix (revoked host, unsupported protocol) ends the agent with a clear error.
+//! SIGTERM or Ctrl-C closes the connection cleanly and exits 0.
+
+use crate::{gpu::GpuSource, host, state::AgentState};
+use cardpool_protocol::{AgentMessage, Inventory, PROTOCOL_VERSION, ServerMessage};
+use futures_util::{SinkExt, StreamExt};
+use rand::Rng;
+use std::time::Duration;
+use tokio_tungstenite::tungstenite::{self, Message, client::IntoClientRequest, http::HeaderValue};
+
+const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// How often the inventory is re-read to notice changes (a GPU falling off the bus, say).
+const INVENTORY_REFRESH: Duration = Duration::from_secs(15);
+
+/// How one connection ended.
+enum Ended {
+    /// Asked to stop (signal).
+    Shutdown,
+    /// The network or the server went away; try again.
+    Dropped(String),
+    /// The server refused us for a reason retrying will not fix.
+    Refused(String),
+}
+
+/// Exponential backoff with full jitter in its upper half: waits between half and all of
+/// the current step, so a fleet of agents does not reconnect in lockstep.
+pub struct Backoff {
+    step: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Backoff {
+    pub fn new() -> Self {
+        Backoff { step: INITIAL_BACKOFF }
+    }
+
+    pub fn next_delay(&mut self) -> Duration {
+        let step = self.step;
+        self.step = (self.step * 2).min(MAX_BACKOFF);
+        let millis = step.as_millis() as u64;
+        Duration::from_millis(rand::rng().random_range(millis / 2..=millis))
+    }
+
+    pub fn reset(&mut self) {
+        self.step = INITIAL_BACKOFF;
+    }
+}
+
+/// The WebSocket URL of the gateway for a server base URL.
+pub fn gateway_url(server: &str) -> Result<String, String> {
+    let base = server.trim_end_matches('/');
+    if let Some(rest) = base.strip_prefix("http://") {
+        Ok(format!("ws://{rest}/agent/v1/connect"))
+    } else if base.starts_with("https://") {
+        Err("https servers are not supported by this agent build yet (no TLS client); use http:// on a trusted network"
+            .into())
+    } else {
+        Err(format!("{server:?} is not an http:// URL"))
+    }
+}
+
+fn inventory(source: &dyn GpuSource, location: &Option<String>) -> Result<Inventory, String> {
+    Ok(Inventory {
+        protocol: PROTOCOL_VERSION,
+        host: host::host_facts(location.clone()),
+        gpus: source.gpus().map_err(|e| e.to_string())?,
+    })
+}
+
+/// Runs until shut down or refused for good.
+pub async fn run(state: &AgentState, source: &dyn GpuSource, location: Option<String>) -> Result<(), String> {
+    let url = gateway_url(&state.server)?;
+    let mut backoff = Backoff::new();
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        let ended = tokio::select! {
+            ended = session(&url, state, source, &location, &mut backoff) => ended,
+            () = &mut shutdown => Ended::Shutdown,
+        };
+        match ended {
+            Ended::Shutdown => {
+                eprintln!("cardpool-agent: stopping");
+                return Ok(());
+            }
+            Ended::Refused(reason) => return Err(format!("the server refused this agent: {reason}")),
+            Ended::Dropped(reason) => {
+                let delay = backoff.next_delay();
+                eprintln!("cardpool-agent: connection lost ({reason}); reconnecting in {:.1} s", delay.as_secs_f32());
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = &mut shutdown => return Ok(()),
+                }
+            }
+        }
+    }
+}
+
+async fn session(
+    url: &str,
+    state: &AgentState,
+    source: &dyn GpuSource,
+    location: &Option<String>,
+    backoff: &mut Backoff,
+) -> Ended {
+    let mut request = match url.into_client_request() {
+        Ok(request) => request,
+        Err(err) => return Ended::Refused(err.to_string()),
+    };
+    match HeaderValue::from_str(&format!("Bearer {}", state.credential)) {
+        Ok(value) => request.headers_mut().insert("authorization", value),
+        Err(_) => return Ended::Refused("the stored credential is malformed; enroll again".into()),
+    };
+    let (socket, _) = match tokio_tungstenite::connect_async(request).await {
+        Ok(connected) => connected,
+        Err(tungstenite::Error::Http(response)) if response.status() == 401 => {
+            return Ended::Refused("this host's credential was rejected (revoked?); enroll again".into());
+        }
+        Err(err) => return Ended::Dropped(err.to_string()),
+    };
+    let (mut tx, mut rx) = socket.split();
+    let send = |message: AgentMessage| async move {
+        serde_json::to_string(&message).map(|text| Message::Text(text.into())).map_err(|e| e.to_string())
+    };
+    let hello = AgentMessage::Hello {
+        protocol: PROTOCOL_VERSION,
+        agent_version: env!("CARGO_PKG_VERSION").into(),
+        host_id: state.host_id,
+    };
+    let Ok(frame) = send(hello).await else { return Ended::Refused("cannot encode hello".into()) };
+    if let Err(err) = tx.send(frame).await {
+        return Ended::Dropped(err.to_string());
+    }
+    let interval = match rx.next().await {
+        Some(Ok(Message::Text(text))) => match serde_json::from_str::<ServerMessage>(&text) {
+            Ok(ServerMessage::Welcome { heartbeat_interval_secs, host_id }) => {
+                eprintln!("cardpool-agent: connected as host {host_id}");
+                Duration::from_secs(heartbeat_interval_secs.max(1))
+            }
+            Ok(ServerMessage::Refused { reason }) => return Ended::Refused(reason),
+            Err(err) => return Ended::Dropped(format!("unexpected answer to hello: {err}")),
+        },
+        Some(Ok(other)) => return Ended::Dropped(format!("unexpected answer to hello: {other:?}")),
+        Some(Err(err)) => return Ended::Dropped(err.to_string()),
+        None => return Ended::Dropped("closed before welcome".into()),
+    };
+    backoff.reset();
+
+    let mut last_inventory = match inventory(source, location) {
+        Ok(inventory) => inventory,
+        Err(err) => return Ended::Refused(format!("cannot read the GPUs: {err}")),
+    };
+    let Ok(frame) = send(AgentMessage::Inventory(last_inventory.clone())).await else {
+        return Ended::Refused("cannot encode inventory".into());
+    };
+    if let Err(err) = tx.send(frame).await {
+        return Ended::Dropped(err.to_string());
+    }
+
+    let mut heartbeat = tokio::time::interval(interval);
+    let mut refresh = tokio::time::interval(INVENTORY_REFRESH);
+    refresh.tick().await;
+    let mut sequence = 0u64;
+    loop {
+        let outgoing = tokio::select! {
+            _ = heartbeat.tick() => {
+                sequence += 1;
+                AgentMessage::Heartbeat { sequence }
+            }
+            _ = refresh.tick() => {
+                match inventory(source, location) {
+                    Ok(current) if current != last_inventory => {
+                        last_inventory = current.clone();
+                        AgentMessage::Inventory(current)
+                    }
+                    Ok(_) => continue,
+                    Err(err) => {
+                        eprintln!("cardpool-agent: cannot read the GPUs: {err}");
+                        continue;
+                    }
+                }
+            }
+            frame = rx.next() => match frame {
+                Some(Ok(Message::Text(text))) => match serde_json::from_str::<ServerMessage>(&text) {
+                    Ok(ServerMessage::Refused { reason }) => return Ended::Refused(reason),
+                    _ => continue,
+                },
+                Some(Ok(Message::Close(_))) | None => return Ended::Dropped("server closed the connection".into()),
+                Some(Ok(_)) => continue,
+                Some(Err(err)) => return Ended::Dropped(err.to_string()),
+            },
+        };
+        let Ok(frame) = send(outgoing).await else { return Ended::Refused("cannot encode message".into()) };
+        if let Err(err) = tx.send(frame).await {
+            return Ended::Dropped(err.to_string());
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_with_jitter_and_caps() {
+        let mut backoff = Backoff::new();
+        let delays: Vec<Duration> = (0..10).map(|_| backoff.next_delay()).collect();
+        assert!(delays[0] >= Duration::from_millis(500) && delays[0] <= Duration::from_secs(1));
+        assert!(delays[3] >= Duration::from_secs(4) && delays[3] <= Duration::from_secs(8));
+        assert!(delays.iter().all(|d| *d <= MAX_BACKOFF));
+        assert!(delays[9] >= MAX_BACKOFF / 2);
+        backoff.reset();
+        assert!(backoff.next_delay() <= Duration::from_secs(1));
+    }
+
+    #[test]
+    fn gateway_urls() {
+        assert_eq!(gateway_url("http://127.0.0.1:3000/").unwrap(), "ws://127.0.0.1:3000/agent/v1/connect");
+        assert!(gateway_url("https://cardpool.example").unwrap_err().contains("TLS"));
+        assert!(gateway_url("ftp://x").is_err());
+    }
+}

@@ -1,0 +1,9 @@
+//! The Cardpool provider agent, as a library so the server's tests and demo can run real
+//! agents in-process; the `cardpool-agent` binary is a thin command line over it.
+
+pub mod connection;
+pub mod enrollment;
+pub mod gpu;
+pub mod host;
+pub mod selftest;
+pub mod state;

@@ -1,0 +1,95 @@
+//! `/api/v1/enrollment-tokens`, `/api/v1/agent/enroll` and `/api/v1/hosts*`.
+
+use super::{ApiError, ApiJson, ApiResult, Caller};
+use crate::http::HttpOptions;
+use axum::{
+    Extension, Json,
+    extract::{Path, State},
+    http::{HeaderMap, StatusCode, header},
+};
+use cardpool_app::ssr::AppState;
+use cardpool_domain::{
+    AppError,
+    error::ErrorBody,
+    host::{
+        CreateEnrollmentTokenRequest, CreatedEnrollmentToken, EnrollHostRequest, EnrolledHost, HostDetail, HostSummary,
+    },
+};
+use cardpool_service::hosts;
+use std::sync::Arc;
+
+/// The URL agents should dial: the configured public URL, else this request's host.
+pub fn server_url(options: &HttpOptions, headers: &HeaderMap) -> String {
+    options.public_origin.clone().unwrap_or_else(|| {
+        let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1:3000");
+        format!("http://{host}")
+    })
+}
+
+/// Creates a single-use enrollment token (valid one hour) and the command to run on the host.
+#[utoipa::path(post, path = "/api/v1/enrollment-tokens", operation_id = "create_enrollment_token", tag = "hosts",
+    security(("bearer" = []), ("session" = [])),
+    request_body = CreateEnrollmentTokenRequest,
+    responses((status = 201, body = CreatedEnrollmentToken), (status = 403, description = "Not a provider", body = ErrorBody)))]
+pub async fn create_enrollment_token(
+    State(state): State<AppState>,
+    Extension(options): Extension<Arc<HttpOptions>>,
+    headers: HeaderMap,
+    Caller(caller): Caller,
+    ApiJson(request): ApiJson<CreateEnrollmentTokenRequest>,
+) -> ApiResult<(StatusCode, Json<CreatedEnrollmentToken>)> {
+    let url = server_url(&options, &headers);
+    let created = hosts::create_enrollment_token(&state.services, &caller, request.location.as_deref(), &url).await?;
+    Ok((StatusCode::CREATED, Json(created)))
+}
+
+/// Called by `cardpool-agent enroll`: exchanges an enrollment token for a host credential.
+#[utoipa::path(post, path = "/api/v1/agent/enroll", operation_id = "enroll_host", tag = "hosts",
+    request_body = EnrollHostRequest,
+    responses((status = 201, body = EnrolledHost), (status = 401, description = "Unknown, used or expired token", body = ErrorBody)))]
+pub async fn enroll_host(
+    State(state): State<AppState>,
+    ApiJson(request): ApiJson<EnrollHostRequest>,
+) -> ApiResult<(StatusCode, Json<EnrolledHost>)> {
+    let enrolled = hosts::enroll_host(&state.services, request.token.trim(), &request.hostname).await?;
+    Ok((StatusCode::CREATED, Json(enrolled)))
+}
+
+/// The caller's hosts (all hosts for an admin).
+#[utoipa::path(get, path = "/api/v1/hosts", operation_id = "list_hosts", tag = "hosts",
+    security(("bearer" = []), ("session" = [])),
+    responses((status = 200, body = Vec<HostSummary>), (status = 403, body = ErrorBody)))]
+pub async fn list_hosts(State(state): State<AppState>, Caller(caller): Caller) -> ApiResult<Json<Vec<HostSummary>>> {
+    Ok(Json(hosts::list_hosts(&state.services, &caller).await?))
+}
+
+fn host_id(id: Result<Path<i64>, axum::extract::rejection::PathRejection>) -> Result<i64, ApiError> {
+    id.map(|Path(id)| id).map_err(|_| ApiError(AppError::invalid_field("id", "not a host id")))
+}
+
+/// One host with its GPUs and status history.
+#[utoipa::path(get, path = "/api/v1/hosts/{id}", operation_id = "get_host", tag = "hosts",
+    security(("bearer" = []), ("session" = [])),
+    params(("id" = i64, Path, description = "Host id")),
+    responses((status = 200, body = HostDetail), (status = 404, body = ErrorBody)))]
+pub async fn get_host(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    id: Result<Path<i64>, axum::extract::rejection::PathRejection>,
+) -> ApiResult<Json<HostDetail>> {
+    Ok(Json(hosts::get_host(&state.services, &caller, host_id(id)?).await?))
+}
+
+/// Revokes a host: its credential stops working and its agent is disconnected within seconds.
+#[utoipa::path(post, path = "/api/v1/hosts/{id}/revoke", operation_id = "revoke_host", tag = "hosts",
+    security(("bearer" = []), ("session" = [])),
+    params(("id" = i64, Path, description = "Host id")),
+    responses((status = 204, description = "Revoked"), (status = 404, body = ErrorBody)))]
+pub async fn revoke_host(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    id: Result<Path<i64>, axum::extract::rejection::PathRejection>,
+) -> ApiResult<StatusCode> {
+    hosts::revoke_host(&state.services, &caller, host_id(id)?).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

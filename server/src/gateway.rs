@@ -1,0 +1,142 @@
+//! The agent gateway: one WebSocket per connected host at `/agent/v1/connect`.
+//!
+//! The agent authenticates with its host credential (`Authorization: Bearer cph_...`) before
+//! the upgrade, then says hello with its protocol version and host id; the server refuses
+//! other protocol majors and a host id that is not the credential's. After that it stores
+//! inventories and heartbeats through `cardpool_service::hosts`. The credential is checked
+//! again every heartbeat interval, so a revoked host is cut off within seconds.
+
+use crate::api::ApiError;
+use axum::{
+    Extension,
+    extract::{
+        State,
+        ws::{Message, WebSocket, WebSocketUpgrade},
+    },
+    http::{HeaderMap, header},
+    response::{IntoResponse, Response},
+};
+use cardpool_app::ssr::AppState;
+use cardpool_domain::AppError;
+use cardpool_protocol::{AgentMessage, PROTOCOL_VERSION, ServerMessage};
+use cardpool_service::{Services, entities::hosts as host_rows, hosts};
+use futures_util::{SinkExt, StreamExt, stream::SplitSink};
+use std::time::Duration;
+
+/// How the gateway paces agents.
+#[derive(Debug, Clone, Copy)]
+pub struct GatewayOptions {
+    pub heartbeat_interval: Duration,
+}
+
+/// How long a new connection may take to say hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub async fn connect(
+    State(state): State<AppState>,
+    Extension(options): Extension<GatewayOptions>,
+    headers: HeaderMap,
+    upgrade: WebSocketUpgrade,
+) -> Response {
+    let Some(credential) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(|v| v.trim().to_owned())
+    else {
+        return ApiError(AppError::Unauthorized).into_response();
+    };
+    let host = match hosts::authenticate_host(&state.services, &credential).await {
+        Ok(host) => host,
+        Err(err) => return ApiError(err).into_response(),
+    };
+    upgrade.on_upgrade(move |socket| serve_agent(state.services, host, credential, options, socket))
+}
+
+type Sender = SplitSink<WebSocket, Message>;
+
+async fn send(tx: &mut Sender, message: &ServerMessage) -> bool {
+    match serde_json::to_string(message) {
+        Ok(text) => tx.send(Message::Text(text.into())).await.is_ok(),
+        Err(_) => false,
+    }
+}
+
+async fn refuse(tx: &mut Sender, reason: impl Into<String>) {
+    let reason = reason.into();
+    tracing::info!(%reason, "agent connection refused");
+    send(tx, &ServerMessage::Refused { reason }).await;
+    let _ = tx.send(Message::Close(None)).await;
+}
+
+async fn serve_agent(
+    services: Services,
+    host: host_rows::Model,
+    credential: String,
+    options: GatewayOptions,
+    socket: WebSocket,
+) {
+    let (mut tx, mut rx) = socket.split();
+    let hello = tokio::time::timeout(HELLO_TIMEOUT, rx.next()).await;
+    let Ok(Some(Ok(Message::Text(text)))) = hello else {
+        return refuse(&mut tx, "expected a hello message first").await;
+    };
+    match serde_json::from_str::<AgentMessage>(&text) {
+        Ok(AgentMessage::Hello { protocol, host_id, .. }) => {
+            if let Err(reason) = PROTOCOL_VERSION.check_peer(protocol) {
+                return refuse(&mut tx, reason).await;
+            }
+            if host_id != host.id {
+                return refuse(&mut tx, format!("this credential belongs to host {}, not host {host_id}", host.id))
+                    .await;
+            }
+        }
+        _ => return refuse(&mut tx, "expected a hello message first").await,
+    }
+    let welcome = ServerMessage::Welcome {
+        host_id: host.id,
+        heartbeat_interval_secs: options.heartbeat_interval.as_secs().max(1),
+    };
+    if !send(&mut tx, &welcome).await || hosts::record_heartbeat(&services, &host).await.is_err() {
+        return;
+    }
+    tracing::info!(host.id = host.id, "agent connected");
+
+    let mut recheck = tokio::time::interval(options.heartbeat_interval);
+    recheck.tick().await;
+    loop {
+        tokio::select! {
+            frame = rx.next() => {
+                let text = match frame {
+                    None | Some(Err(_)) | Some(Ok(Message::Close(_))) => break,
+                    Some(Ok(Message::Text(text))) => text,
+                    Some(Ok(_)) => continue,
+                };
+                let result = match serde_json::from_str::<AgentMessage>(&text) {
+                    Ok(AgentMessage::Inventory(inventory)) => hosts::record_inventory(&services, &host, &inventory).await,
+                    Ok(AgentMessage::Heartbeat { .. }) => hosts::record_heartbeat(&services, &host).await,
+                    Ok(AgentMessage::Hello { .. }) => Err(AppError::invalid_field("type", "hello was already received")),
+                    Err(err) => Err(AppError::invalid_field("message", format!("malformed message: {err}"))),
+                };
+                if let Err(err) = result {
+                    let reason = match &err {
+                        AppError::Validation { fields, message } => fields.values().next().cloned().unwrap_or_else(|| message.clone()),
+                        other => other.to_string(),
+                    };
+                    refuse(&mut tx, reason).await;
+                    break;
+                }
+            }
+            _ = recheck.tick() => {
+                if hosts::authenticate_host(&services, &credential).await.is_err() {
+                    refuse(&mut tx, "this host's credential was revoked").await;
+                    break;
+                }
+            }
+        }
+    }
+    if let Err(err) = hosts::record_disconnect(&services, &host).await {
+        tracing::warn!(host.id = host.id, error = %err, "could not record disconnect");
+    }
+    tracing::info!(host.id = host.id, "agent disconnected");
+}

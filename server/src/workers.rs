@@ -1,0 +1,32 @@
+//! Background work the server runs beside the HTTP stack.
+
+use cardpool_service::{Services, hosts, session_store::DbSessionStore};
+use std::time::Duration;
+use tower_sessions::ExpiredDeletion;
+
+/// Starts the background workers: the host liveness reaper and expired-session cleanup.
+pub fn spawn(services: &Services, offline_grace: Duration) {
+    let reaper = services.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval((offline_grace / 4).max(Duration::from_millis(250)));
+        loop {
+            every.tick().await;
+            match hosts::mark_silent_hosts_offline(&reaper, offline_grace).await {
+                Ok(ids) if !ids.is_empty() => tracing::info!(?ids, "hosts missed their heartbeats; marked offline"),
+                Ok(_) => {}
+                Err(err) => tracing::warn!(error = %err, "liveness sweep failed; will retry"),
+            }
+        }
+    });
+
+    let store = DbSessionStore::new(services.db.clone());
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(600));
+        loop {
+            every.tick().await;
+            if let Err(err) = store.delete_expired().await {
+                tracing::warn!(error = %err, "expired-session cleanup failed; will retry");
+            }
+        }
+    });
+}
