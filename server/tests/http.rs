@@ -1,88 +1,17 @@
 //! HTTP tests against the real router on a real socket, on SQLite and PostgreSQL: auth flows,
 //! token auth, the sign-in throttle, cross-site rejection, 401/403, headers and pages.
 
-use cardpool_server::{Config, http};
+mod common;
+
 use cardpool_service::{
-    Services, Settings, backend_tests,
-    entities::users,
+    Settings, backend_tests,
     rate_limit::{Limit, SignInLimits},
-    testing::{self, Backend, TestDb},
+    testing::Backend,
 };
+use common::{PASSWORD, TestApp};
 use reqwest::{Client, StatusCode, header};
-use sea_orm::{EntityTrait, PaginatorTrait};
 use serde_json::{Value, json};
-use std::{net::SocketAddr, time::Duration};
-
-const PASSWORD: &str = "correct horse battery";
-
-struct TestApp {
-    base: String,
-    services: Services,
-    _db: TestDb,
-}
-
-impl TestApp {
-    async fn spawn(backend: Backend) -> Self {
-        Self::spawn_with(backend, Settings::default()).await
-    }
-
-    async fn spawn_with(backend: Backend, settings: Settings) -> Self {
-        let (db, services) = testing::services(backend, settings).await;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let config = Config { addr, ..Config::default() };
-        let app =
-            http::router(services.clone(), http::leptos_options(&config), http::HttpOptions::from_config(&config));
-        tokio::spawn(async move {
-            axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await.unwrap();
-        });
-        TestApp { base: format!("http://{addr}"), services, _db: db }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    /// A browser-like client: keeps cookies and sends this site's Origin, as browsers do.
-    fn browser(&self) -> Client {
-        let mut headers = header::HeaderMap::new();
-        headers.insert(header::ORIGIN, self.base.parse().unwrap());
-        Client::builder()
-            .cookie_store(true)
-            .default_headers(headers)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap()
-    }
-
-    async fn sign_up(&self, client: &Client, email: &str) -> Value {
-        let res = client
-            .post(self.url("/api/v1/auth/sign-up"))
-            .json(&json!({"email": email, "password": PASSWORD}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(res.status(), StatusCode::CREATED);
-        res.json().await.unwrap()
-    }
-
-    async fn sign_in(&self, client: &Client, email: &str, password: &str) -> reqwest::Response {
-        client
-            .post(self.url("/api/v1/auth/sign-in"))
-            .json(&json!({"email": email, "password": password}))
-            .send()
-            .await
-            .unwrap()
-    }
-
-    async fn status_of_me(&self, client: &Client) -> StatusCode {
-        client.get(self.url("/api/v1/me")).send().await.unwrap().status()
-    }
-
-    async fn user_count(&self) -> u64 {
-        users::Entity::find().count(&self.services.db).await.unwrap()
-    }
-}
+use std::time::Duration;
 
 fn session_cookie(res: &reqwest::Response) -> Option<String> {
     res.headers()

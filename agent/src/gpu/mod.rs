@@ -36,7 +36,7 @@ impl std::fmt::Display for SourceError {
 impl std::error::Error for SourceError {}
 
 /// A provider of GPU facts and health.
-pub trait GpuSource {
+pub trait GpuSource: Send + Sync {
     /// Short description for reports ("NVML 550.54.15", "simulated 8xH100-80GB").
     fn describe(&self) -> String;
     fn gpus(&self) -> Result<Vec<GpuInfo>, SourceError>;

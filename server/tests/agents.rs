@@ -1,0 +1,201 @@
+//! The agent and the server over a real WebSocket, on SQLite and PostgreSQL: enrollment,
+//! inventory, heartbeats and liveness, reconnects, revocation, and refusals.
+
+mod common;
+
+use cardpool_agent::{connection, enrollment, gpu::simulated::SimulatedSource, state::AgentState};
+use cardpool_protocol::{AgentMessage, PROTOCOL_VERSION, ProtocolVersion, ServerMessage};
+use cardpool_service::{backend_tests, testing::Backend};
+use common::TestApp;
+use futures_util::{SinkExt, StreamExt};
+use reqwest::{Client, StatusCode};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
+
+/// A signed-in provider's browser.
+async fn provider(app: &TestApp) -> Client {
+    let client = app.browser();
+    app.sign_up(&client, "provider@example.com").await;
+    let me: Value = client.post(app.url("/api/v1/me/provider")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(me["roles"]["provider"], true);
+    client
+}
+
+async fn enrollment_token(app: &TestApp, client: &Client) -> String {
+    let res =
+        client.post(app.url("/api/v1/enrollment-tokens")).json(&json!({"location": "Lab 1"})).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::CREATED);
+    let body: Value = res.json().await.unwrap();
+    assert!(body["command"].as_str().unwrap().starts_with(&format!("cardpool-agent enroll --server {}", app.base)));
+    body["token"].as_str().unwrap().to_owned()
+}
+
+async fn host(app: &TestApp, client: &Client, id: i64) -> Value {
+    client.get(app.url(&format!("/api/v1/hosts/{id}"))).send().await.unwrap().json().await.unwrap()
+}
+
+/// Polls the host until `check` holds, failing after `within`.
+async fn wait_for(
+    app: &TestApp,
+    client: &Client,
+    id: i64,
+    within: Duration,
+    what: &str,
+    check: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let detail = host(app, client, id).await;
+        if check(&detail) {
+            return detail;
+        }
+        assert!(Instant::now() < deadline, "{what} did not happen within {within:?}: {detail}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn spawn_agent(state: AgentState, spec: &'static str) -> tokio::task::JoinHandle<Result<(), String>> {
+    tokio::spawn(async move {
+        let source = SimulatedSource::new(spec, "test-host", vec![]).unwrap();
+        connection::run(&state, &source, Some("Lab 1".into())).await
+    })
+}
+
+/// A bare protocol client, for behaving in ways the real agent never would.
+async fn raw_connect(
+    app: &TestApp,
+    credential: &str,
+) -> Result<
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
+    tokio_tungstenite::tungstenite::Error,
+> {
+    let mut request = app.url("/agent/v1/connect").replace("http://", "ws://").into_client_request().unwrap();
+    request.headers_mut().insert("authorization", format!("Bearer {credential}").parse().unwrap());
+    tokio_tungstenite::connect_async(request).await.map(|(socket, _)| socket)
+}
+
+async fn say_hello(
+    socket: &mut tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
+    protocol: ProtocolVersion,
+    host_id: i64,
+) -> ServerMessage {
+    let hello = AgentMessage::Hello { protocol, agent_version: "test".into(), host_id };
+    socket.send(Message::Text(serde_json::to_string(&hello).unwrap().into())).await.unwrap();
+    loop {
+        match socket.next().await.unwrap().unwrap() {
+            Message::Text(text) => return serde_json::from_str(&text).unwrap(),
+            _ => continue,
+        }
+    }
+}
+
+backend_tests!(
+    enroll_run_inventory_offline_and_reconnect,
+    a_silent_agent_goes_offline_within_the_grace,
+    a_revoked_host_is_disconnected_and_cannot_return,
+    wrong_host_bad_protocol_and_bad_credentials_are_refused,
+);
+
+async fn enroll_run_inventory_offline_and_reconnect(backend: Backend) {
+    let app = TestApp::spawn_with_agents(backend).await;
+    let client = provider(&app).await;
+    let token = enrollment_token(&app, &client).await;
+    let state = enrollment::enroll(&app.base, &token, "test-host").await.unwrap();
+    let replay = enrollment::enroll(&app.base, &token, "impostor").await.unwrap_err();
+    assert!(replay.contains("already used"), "{replay}");
+
+    let agent = spawn_agent(state.clone(), "2xH100-80GB");
+    let detail = wait_for(&app, &client, state.host_id, Duration::from_secs(10), "coming online with inventory", |h| {
+        h["host"]["status"] == "online" && h["host"]["gpu_count"] == 2
+    })
+    .await;
+    assert_eq!(detail["host"]["location"], "Lab 1");
+    assert_eq!(detail["gpus"][0]["model"], "NVIDIA H100 80GB HBM3");
+    assert_eq!(detail["gpus"][0]["nvlink_peers"].as_array().unwrap().len(), 1);
+    let listed: Value = client.get(app.url("/api/v1/hosts")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(listed[0]["agent_version"], env!("CARGO_PKG_VERSION"));
+
+    agent.abort();
+    wait_for(&app, &client, state.host_id, Duration::from_secs(5), "going offline", |h| {
+        h["host"]["status"] == "offline"
+    })
+    .await;
+
+    let again = spawn_agent(state.clone(), "2xH100-80GB");
+    let detail = wait_for(&app, &client, state.host_id, Duration::from_secs(10), "reconnecting", |h| {
+        h["host"]["status"] == "online"
+    })
+    .await;
+    let reasons: Vec<&str> =
+        detail["events"].as_array().unwrap().iter().rev().map(|e| e["reason"].as_str().unwrap()).collect();
+    assert_eq!(reasons, vec!["enrolled", "agent connected", "agent disconnected", "agent connected"]);
+    again.abort();
+}
+
+async fn a_silent_agent_goes_offline_within_the_grace(backend: Backend) {
+    let app = TestApp::spawn_with_agents(backend).await;
+    let client = provider(&app).await;
+    let token = enrollment_token(&app, &client).await;
+    let state = enrollment::enroll(&app.base, &token, "quiet").await.unwrap();
+    let mut socket = raw_connect(&app, &state.credential).await.unwrap();
+    assert!(matches!(say_hello(&mut socket, PROTOCOL_VERSION, state.host_id).await, ServerMessage::Welcome { .. }));
+    wait_for(&app, &client, state.host_id, Duration::from_secs(2), "coming online", |h| {
+        h["host"]["status"] == "online"
+    })
+    .await;
+    // Connected but silent: no heartbeats. Grace is 2 s; the reaper sweeps every 0.5 s.
+    let started = Instant::now();
+    let detail = wait_for(&app, &client, state.host_id, Duration::from_secs(5), "going offline", |h| {
+        h["host"]["status"] == "offline"
+    })
+    .await;
+    assert!(started.elapsed() >= Duration::from_millis(1000), "not before the grace: {:?}", started.elapsed());
+    assert_eq!(detail["events"][0]["reason"], "missed heartbeats");
+    drop(socket);
+}
+
+async fn a_revoked_host_is_disconnected_and_cannot_return(backend: Backend) {
+    let app = TestApp::spawn_with_agents(backend).await;
+    let client = provider(&app).await;
+    let token = enrollment_token(&app, &client).await;
+    let state = enrollment::enroll(&app.base, &token, "doomed").await.unwrap();
+    let agent = spawn_agent(state.clone(), "1xL40S-48GB");
+    wait_for(&app, &client, state.host_id, Duration::from_secs(10), "coming online", |h| {
+        h["host"]["status"] == "online"
+    })
+    .await;
+
+    let res = client.post(app.url(&format!("/api/v1/hosts/{}/revoke", state.host_id))).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::NO_CONTENT);
+    let ended =
+        tokio::time::timeout(Duration::from_secs(5), agent).await.expect("agent cut off within seconds").unwrap();
+    assert!(ended.unwrap_err().contains("revoked"));
+    assert_eq!(host(&app, &client, state.host_id).await["host"]["status"], "revoked");
+    let back = connection::run(&state, &SimulatedSource::new("1xL40S-48GB", "doomed", vec![]).unwrap(), None).await;
+    assert!(back.unwrap_err().contains("rejected"));
+}
+
+async fn wrong_host_bad_protocol_and_bad_credentials_are_refused(backend: Backend) {
+    let app = TestApp::spawn_with_agents(backend).await;
+    let client = provider(&app).await;
+    let a = enrollment::enroll(&app.base, &enrollment_token(&app, &client).await, "a").await.unwrap();
+    let b = enrollment::enroll(&app.base, &enrollment_token(&app, &client).await, "b").await.unwrap();
+
+    let mut socket = raw_connect(&app, &a.credential).await.unwrap();
+    match say_hello(&mut socket, PROTOCOL_VERSION, b.host_id).await {
+        ServerMessage::Refused { reason } => assert!(reason.contains("belongs to host"), "{reason}"),
+        other => panic!("speaking for another host was accepted: {other:?}"),
+    }
+    let mut socket = raw_connect(&app, &a.credential).await.unwrap();
+    match say_hello(&mut socket, ProtocolVersion { major: 2, minor: 0 }, a.host_id).await {
+        ServerMessage::Refused { reason } => assert!(reason.contains("not supported"), "{reason}"),
+        other => panic!("protocol 2.0 was accepted: {other:?}"),
+    }
+    assert_eq!(host(&app, &client, b.host_id).await["host"]["status"], "offline", "b was never spoken for");
+
+    match raw_connect(&app, "cph_forged").await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => assert_eq!(response.status(), 401),
+        other => panic!("a forged credential connected: {:?}", other.map(|_| ())),
+    }
+}

@@ -1,0 +1,97 @@
+//! A real server on a real socket for each test, over a per-test database.
+#![allow(dead_code)] // each test binary uses a different part
+
+use cardpool_server::{Config, http, workers};
+use cardpool_service::{
+    Services, Settings,
+    entities::users,
+    testing::{self, Backend, TestDb},
+};
+use reqwest::{Client, StatusCode, header};
+use sea_orm::{EntityTrait, PaginatorTrait};
+use serde_json::{Value, json};
+use std::{net::SocketAddr, time::Duration};
+
+pub const PASSWORD: &str = "correct horse battery";
+
+pub struct TestApp {
+    pub base: String,
+    pub services: Services,
+    _db: TestDb,
+}
+
+impl TestApp {
+    pub async fn spawn(backend: Backend) -> Self {
+        Self::spawn_with(backend, Settings::default()).await
+    }
+
+    pub async fn spawn_with(backend: Backend, settings: Settings) -> Self {
+        Self::spawn_configured(backend, settings, Config::default()).await
+    }
+
+    /// With background workers (liveness) and fast agent pacing: heartbeat every second,
+    /// offline after two silent seconds.
+    pub async fn spawn_with_agents(backend: Backend) -> Self {
+        let config = Config { heartbeat_interval_secs: 1, host_offline_grace_secs: 2, ..Config::default() };
+        let app = Self::spawn_configured(backend, Settings::default(), config).await;
+        workers::spawn(&app.services, Duration::from_secs(2));
+        app
+    }
+
+    pub async fn spawn_configured(backend: Backend, settings: Settings, config: Config) -> Self {
+        let (db, services) = testing::services(backend, settings).await;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let config = Config { addr, ..config };
+        let app =
+            http::router(services.clone(), http::leptos_options(&config), http::HttpOptions::from_config(&config));
+        tokio::spawn(async move {
+            axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await.unwrap();
+        });
+        TestApp { base: format!("http://{addr}"), services, _db: db }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// A browser-like client: keeps cookies and sends this site's Origin, as browsers do.
+    pub fn browser(&self) -> Client {
+        let mut headers = header::HeaderMap::new();
+        headers.insert(header::ORIGIN, self.base.parse().unwrap());
+        Client::builder()
+            .cookie_store(true)
+            .default_headers(headers)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap()
+    }
+
+    pub async fn sign_up(&self, client: &Client, email: &str) -> Value {
+        let res = client
+            .post(self.url("/api/v1/auth/sign-up"))
+            .json(&json!({"email": email, "password": PASSWORD}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::CREATED);
+        res.json().await.unwrap()
+    }
+
+    pub async fn sign_in(&self, client: &Client, email: &str, password: &str) -> reqwest::Response {
+        client
+            .post(self.url("/api/v1/auth/sign-in"))
+            .json(&json!({"email": email, "password": password}))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn status_of_me(&self, client: &Client) -> StatusCode {
+        client.get(self.url("/api/v1/me")).send().await.unwrap().status()
+    }
+
+    pub async fn user_count(&self) -> u64 {
+        users::Entity::find().count(&self.services.db).await.unwrap()
+    }
+}
