@@ -20,6 +20,8 @@ cargo clippy --workspace --exclude cardpool-frontend --all-targets --locked -- -
 cargo clippy -p cardpool-frontend --target wasm32-unknown-unknown --locked -- -D warnings
 say "cargo test (SQLite and PostgreSQL)"
 cargo test --workspace --exclude cardpool-frontend --locked
+say "cargo build -p cardpool-agent (for the browser tests)"
+cargo build -p cardpool-agent --locked
 say "cargo leptos build"
 env -u RUSTFLAGS cargo leptos build   # it adds the same flag itself; twice would rebuild everything
 
@@ -49,7 +51,8 @@ e2e() {
     kill -0 "$server_pid" 2>/dev/null || { cat "end2end/test-results/server-$backend.log"; exit 1; }
     sleep 0.5
   done
-  (cd end2end && CARDPOOL_E2E_URL="http://127.0.0.1:$port" CARDPOOL_E2E_BACKEND="$backend" npx playwright test)
+  (cd end2end && CARDPOOL_E2E_URL="http://127.0.0.1:$port" CARDPOOL_E2E_BACKEND="$backend" \
+    CARDPOOL_AGENT_BIN="$PWD/../target/debug/cardpool-agent" npx playwright test)
   kill "$server_pid"; wait "$server_pid" 2>/dev/null || true
   server_pid=""
 }

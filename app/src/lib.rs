@@ -20,8 +20,14 @@ use leptos_router::{
     path,
 };
 use pages::{
-    account::AccountPage, admin::AdminUsersPage, api_tokens::ApiTokensPage, home::HomePage, not_found::NotFoundPage,
-    sign_in::SignInPage, sign_up::SignUpPage,
+    account::AccountPage,
+    admin::AdminUsersPage,
+    api_tokens::ApiTokensPage,
+    home::HomePage,
+    hosts::{HostPage, HostsPage},
+    not_found::NotFoundPage,
+    sign_in::SignInPage,
+    sign_up::SignUpPage,
 };
 
 /// The HTML document around the app, rendered on the server only.
@@ -65,6 +71,8 @@ pub fn App() -> impl IntoView {
                         <Route path=path!("/account") view=AccountPage />
                         <Route path=path!("/account/tokens") view=ApiTokensPage />
                         <Route path=path!("/admin/users") view=AdminUsersPage />
+                        <Route path=path!("/provider/hosts") view=HostsPage />
+                        <Route path=path!("/provider/hosts/:id") view=HostPage />
                     </Routes>
                 </main>
                 <Footer />

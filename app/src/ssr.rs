@@ -14,6 +14,18 @@ use tower_sessions::Session;
 pub struct AppState {
     pub leptos_options: LeptosOptions,
     pub services: Services,
+    /// The URL people and agents use to reach this server, when configured.
+    pub public_url: Option<String>,
+}
+
+impl AppState {
+    /// Where agents should dial: the configured public URL, else the host this request came to.
+    pub fn server_url(&self, headers: &http::HeaderMap) -> String {
+        self.public_url.clone().map(|u| u.trim_end_matches('/').to_owned()).unwrap_or_else(|| {
+            let host = headers.get(http::header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1:3000");
+            format!("http://{host}")
+        })
+    }
 }
 
 impl axum::extract::FromRef<AppState> for LeptosOptions {
@@ -24,6 +36,7 @@ impl axum::extract::FromRef<AppState> for LeptosOptions {
 
 /// What a server function needs to call the service layer on behalf of its request.
 pub struct Request {
+    pub state: AppState,
     pub services: Services,
     pub session: Session,
     pub client_ip: ClientIp,
@@ -37,7 +50,7 @@ impl Request {
             AppError::Internal
         })?;
         let client_ip = leptos_axum::extract::<axum::Extension<ClientIp>>().await.map(|ext| ext.0).unwrap_or_default();
-        Ok(Request { services: state.services, session, client_ip })
+        Ok(Request { services: state.services.clone(), state, session, client_ip })
     }
 
     /// The signed-in account, or `Unauthorized`.

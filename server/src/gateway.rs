@@ -118,6 +118,10 @@ async fn serve_agent(
                     Ok(AgentMessage::Hello { .. }) => Err(AppError::invalid_field("type", "hello was already received")),
                     Err(err) => Err(AppError::invalid_field("message", format!("malformed message: {err}"))),
                 };
+                if let Err(AppError::Internal) = result {
+                    // Our failure, already logged: drop the connection so the agent retries.
+                    break;
+                }
                 if let Err(err) = result {
                     let reason = match &err {
                         AppError::Validation { fields, message } => fields.values().next().cloned().unwrap_or_else(|| message.clone()),

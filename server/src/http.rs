@@ -58,7 +58,7 @@ pub fn router(services: Services, leptos_options: LeptosOptions, options: HttpOp
         .with_same_site(SameSite::Lax)
         .with_secure(options.https)
         .with_expiry(Expiry::OnInactivity(idle));
-    let state = AppState { leptos_options, services };
+    let state = AppState { leptos_options, services, public_url: options.public_origin.clone() };
     let routes = generate_route_list(App);
     let gateway = crate::gateway::GatewayOptions { heartbeat_interval: options.heartbeat_interval };
     let options = Arc::new(options);
@@ -73,7 +73,6 @@ pub fn router(services: Services, leptos_options: LeptosOptions, options: HttpOp
         })
         .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
         .layer(axum::Extension(gateway))
-        .layer(axum::Extension(options.clone()))
         .layer(sessions)
         .layer(from_fn_with_state(options.clone(), reject_cross_site))
         .layer(from_fn_with_state(options.clone(), client_ip))

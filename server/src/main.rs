@@ -146,13 +146,22 @@ async fn serve(config_file: Option<&std::path::Path>, args: ServeArgs) -> anyhow
 
     workers::spawn(&services, std::time::Duration::from_secs(config.host_offline_grace_secs));
 
-    let app = http::router(services, http::leptos_options(&config), http::HttpOptions::from_config(&config));
+    let app = http::router(services.clone(), http::leptos_options(&config), http::HttpOptions::from_config(&config));
     let listener =
         tokio::net::TcpListener::bind(config.addr).await.with_context(|| format!("binding {}", config.addr))?;
-    let url = config
-        .public_url
-        .clone()
-        .unwrap_or_else(|| format!("http://{}", listener.local_addr().map_or(config.addr, |a| a)));
+    let local = listener.local_addr().unwrap_or(config.addr);
+    let url = config.public_url.clone().unwrap_or_else(|| format!("http://{local}"));
+    if args.demo {
+        let dial = if local.ip().is_unspecified() {
+            format!("http://127.0.0.1:{}", local.port())
+        } else {
+            format!("http://{local}")
+        };
+        demo::start_agents(&services, &dial, std::path::Path::new(".cardpool/demo-agents"))
+            .await
+            .map_err(|e| anyhow::anyhow!("starting demo agents: {e}"))?;
+        eprintln!("Started {} simulated hosts for the demo providers.", demo::DEMO_HOSTS.len());
+    }
     eprintln!("\nCardpool is running: open {url}\n");
     axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
         .with_graceful_shutdown(shutdown_signal())

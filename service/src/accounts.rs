@@ -13,7 +13,6 @@ use cardpool_domain::account::{
 use chrono::Utc;
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, EntityTrait, IntoActiveModel, QueryFilter, QueryOrder, SqlErr,
-    TransactionTrait,
 };
 use std::net::IpAddr;
 
@@ -139,7 +138,7 @@ async fn set_flags(
     provider: Option<bool>,
     admin: Option<bool>,
 ) -> AppResult<users::Model> {
-    let txn = services.db.begin().await.map_err(internal("starting role change"))?;
+    let txn = crate::db::begin_write(&services.db).await.map_err(internal("starting role change"))?;
     let user = users::Entity::find_by_id(user_id)
         .one(&txn)
         .await
@@ -218,4 +217,16 @@ pub async fn create_admin(services: &Services, email: &str, password: Option<&st
 pub async fn count_users(services: &Services) -> AppResult<u64> {
     use sea_orm::PaginatorTrait;
     users::Entity::find().count(&services.db).await.map_err(internal("counting accounts"))
+}
+
+/// The account with `email`, as a principal, for operator tooling that acts on an account's
+/// behalf from the command line (the demo seed). Never reachable from a request.
+pub async fn principal_for_email(services: &Services, email: &str) -> AppResult<Principal> {
+    let user = users::Entity::find()
+        .filter(users::Column::Email.eq(email.trim().to_lowercase()))
+        .one(&services.db)
+        .await
+        .map_err(internal("loading account"))?
+        .ok_or_else(|| AppError::not_found("account"))?;
+    Ok(Principal::from_user(&user, Credential::Session))
 }

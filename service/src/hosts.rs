@@ -21,7 +21,7 @@ use chrono::{DateTime, Duration, Utc};
 use rand::RngCore;
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, IntoActiveModel, QueryFilter,
-    QueryOrder, TransactionTrait, sea_query::Expr,
+    QueryOrder, sea_query::Expr,
 };
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -268,7 +268,7 @@ pub async fn record_inventory(services: &Services, host: &hosts::Model, inventor
         return Err(AppError::invalid_field("gpus", "a host reports at most 64 GPUs"));
     }
     let now = Utc::now();
-    let txn = services.db.begin().await.map_err(internal("starting inventory update"))?;
+    let txn = crate::db::begin_write(&services.db).await.map_err(internal("starting inventory update"))?;
     let facts = serde_json::to_string(&inventory.host).map_err(|_| AppError::Internal)?;
     let mut row = hosts::Entity::find_by_id(host.id)
         .one(&txn)
@@ -278,9 +278,6 @@ pub async fn record_inventory(services: &Services, host: &hosts::Model, inventor
         .into_active_model();
     row.facts = Set(Some(facts));
     row.agent_version = Set(Some(inventory.host.agent_version.clone()));
-    if let Some(hostname) = clean_label("hostname", Some(&inventory.host.hostname), MAX_HOSTNAME_LEN)? {
-        row.hostname = Set(hostname);
-    }
     row.update(&txn).await.map_err(internal("saving host facts"))?;
 
     let existing: BTreeMap<String, gpus::Model> = gpus::Entity::find()
@@ -418,7 +415,7 @@ pub async fn revoke_host(services: &Services, principal: &Principal, host_id: i6
         return Ok(());
     }
     let now = Utc::now();
-    let txn = services.db.begin().await.map_err(internal("starting revocation"))?;
+    let txn = crate::db::begin_write(&services.db).await.map_err(internal("starting revocation"))?;
     let mut row = host.into_active_model();
     row.revoked_at = Set(Some(now));
     row.status = Set(HostStatus::Revoked.as_str().into());

@@ -117,7 +117,7 @@ async fn inventory_upserts_gpus_by_uuid(backend: Backend) {
     let detail = hosts::get_host(&services, &provider, host.id).await.unwrap();
     assert_eq!(detail.gpus.len(), 2, "re-reporting does not duplicate GPUs");
     assert_eq!(detail.host.gpu_summary, "2× NVIDIA H100 80GB HBM3");
-    assert_eq!(detail.host.hostname, "gpu-box-1");
+    assert_eq!(detail.host.hostname, "box", "the enrolled name stays; reported facts are kept beside it");
 
     hosts::record_inventory(&services, &host, &inventory(&["GPU-a"])).await.unwrap();
     let detail = hosts::get_host(&services, &provider, host.id).await.unwrap();

@@ -5,3 +5,4 @@
 
 pub mod accounts;
 pub mod api_tokens;
+pub mod hosts;

@@ -1,11 +1,10 @@
 //! `/api/v1/enrollment-tokens`, `/api/v1/agent/enroll` and `/api/v1/hosts*`.
 
 use super::{ApiError, ApiJson, ApiResult, Caller};
-use crate::http::HttpOptions;
 use axum::{
-    Extension, Json,
+    Json,
     extract::{Path, State},
-    http::{HeaderMap, StatusCode, header},
+    http::{HeaderMap, StatusCode},
 };
 use cardpool_app::ssr::AppState;
 use cardpool_domain::{
@@ -16,15 +15,6 @@ use cardpool_domain::{
     },
 };
 use cardpool_service::hosts;
-use std::sync::Arc;
-
-/// The URL agents should dial: the configured public URL, else this request's host.
-pub fn server_url(options: &HttpOptions, headers: &HeaderMap) -> String {
-    options.public_origin.clone().unwrap_or_else(|| {
-        let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1:3000");
-        format!("http://{host}")
-    })
-}
 
 /// Creates a single-use enrollment token (valid one hour) and the command to run on the host.
 #[utoipa::path(post, path = "/api/v1/enrollment-tokens", operation_id = "create_enrollment_token", tag = "hosts",
@@ -33,12 +23,11 @@ pub fn server_url(options: &HttpOptions, headers: &HeaderMap) -> String {
     responses((status = 201, body = CreatedEnrollmentToken), (status = 403, description = "Not a provider", body = ErrorBody)))]
 pub async fn create_enrollment_token(
     State(state): State<AppState>,
-    Extension(options): Extension<Arc<HttpOptions>>,
     headers: HeaderMap,
     Caller(caller): Caller,
     ApiJson(request): ApiJson<CreateEnrollmentTokenRequest>,
 ) -> ApiResult<(StatusCode, Json<CreatedEnrollmentToken>)> {
-    let url = server_url(&options, &headers);
+    let url = state.server_url(&headers);
     let created = hosts::create_enrollment_token(&state.services, &caller, request.location.as_deref(), &url).await?;
     Ok((StatusCode::CREATED, Json(created)))
 }

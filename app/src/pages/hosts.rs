@@ -1,0 +1,241 @@
+//! Provider pages: enrollment tokens, the hosts list with live status, and one host's GPUs
+//! and status history.
+
+use crate::{
+    components::{
+        form::{Field, FormAlert, SubmitButton, field_error, form_error},
+        session::RequireSignIn,
+    },
+    server_fns::hosts::{CreateEnrollmentToken, RevokeHost, get_host, list_hosts},
+};
+use cardpool_domain::{
+    account::Me,
+    host::{HostDetail, HostStatus, HostSummary},
+};
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::hooks::use_params_map;
+
+/// How often host pages re-read status while open.
+#[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
+const REFRESH_MS: u64 = 3000;
+
+/// A signal that ticks every few seconds in the browser, for pages that show live state.
+fn refresh_ticker() -> RwSignal<u64> {
+    let tick = RwSignal::new(0u64);
+    #[cfg(feature = "hydrate")]
+    set_interval(move || tick.update(|t| *t += 1), std::time::Duration::from_millis(REFRESH_MS));
+    tick
+}
+
+#[component]
+pub fn StatusBadge(status: HostStatus) -> impl IntoView {
+    let (class, dot) = match status {
+        HostStatus::Online => ("bg-emerald-50 text-emerald-700 ring-emerald-200", "bg-emerald-500"),
+        HostStatus::Offline => ("bg-slate-100 text-slate-600 ring-slate-200", "bg-slate-400"),
+        HostStatus::Revoked => ("bg-red-50 text-red-700 ring-red-200", "bg-red-500"),
+    };
+    view! {
+        <span class=format!("badge gap-1.5 {class}") data-testid="host-status">
+            <span class=format!("h-1.5 w-1.5 rounded-full {dot}") aria-hidden="true"></span>
+            {status.as_str()}
+        </span>
+    }
+}
+
+fn time_or_never(t: Option<chrono::DateTime<chrono::Utc>>) -> String {
+    t.map_or_else(|| "never".to_owned(), |t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+}
+
+#[component]
+fn NotAProvider() -> impl IntoView {
+    view! {
+        <div class="card mx-auto max-w-lg text-center">
+            <h1 class="text-xl font-semibold text-slate-900">"Host GPUs on Cardpool"</h1>
+            <p class="mt-2 text-slate-600">"Turn on provider features on your account page to enroll hosts."</p>
+            <a href="/account" class="btn-primary mt-6 inline-flex">"Go to your account"</a>
+        </div>
+    }
+}
+
+#[component]
+pub fn HostsPage() -> impl IntoView {
+    view! {
+        <Title text="Hosts" />
+        <RequireSignIn children=|me: Me| {
+            if me.roles.provider || me.roles.admin { view! { <Hosts /> }.into_any() } else { view! { <NotAProvider /> }.into_any() }
+        } />
+    }
+}
+
+#[component]
+fn Hosts() -> impl IntoView {
+    let create = ServerAction::<CreateEnrollmentToken>::new();
+    let tick = refresh_ticker();
+    let hosts = Resource::new(move || tick.get(), |_| list_hosts());
+    let value = create.value();
+    view! {
+        <div class="space-y-6">
+            <div>
+                <h1 class="text-2xl font-bold text-slate-900">"Hosts"</h1>
+                <p class="mt-1 text-slate-600">"Machines running the Cardpool agent. Status updates live."</p>
+            </div>
+            <section class="card" aria-labelledby="enroll">
+                <h2 id="enroll" class="text-lg font-semibold text-slate-900">"Enroll a host"</h2>
+                <p class="mt-1 text-sm text-slate-600">"Creates a single-use token valid for one hour, and the command to run on the host."</p>
+                <ActionForm action=create attr:class="mt-4 flex flex-col gap-4 sm:flex-row sm:items-end" attr:novalidate=true>
+                    <div class="flex-1">
+                        <Field label="Location shown to renters" name="location" hint="e.g. “Frankfurt, DE”. Optional." error=field_error(value, "location") />
+                    </div>
+                    <div class="sm:w-56">
+                        <SubmitButton label="Create enrollment token" pending=create.pending() />
+                    </div>
+                </ActionForm>
+                <div class="mt-4"><FormAlert message=form_error(value) /></div>
+                {move || value.get().and_then(Result::ok).map(|created| view! {
+                    <div role="status" class="mt-4 rounded-lg bg-slate-900 p-4 text-slate-100">
+                        <p class="text-sm text-slate-300">
+                            "Run this on the host (as the user the agent runs as). The token works once, until "
+                            {created.expires_at.format("%H:%M UTC").to_string()} ":"
+                        </p>
+                        <code data-testid="enroll-command" class="mt-2 block select-all break-all font-mono text-sm text-emerald-300">{created.command.clone()}</code>
+                        <p class="mt-2 text-sm text-slate-300">"Then start it with " <code class="font-mono text-emerald-300">"cardpool-agent run"</code> " (add " <code class="font-mono">"--simulate 8xH100-80GB"</code> " to try it without GPUs)."</p>
+                        <span class="hidden" data-testid="enroll-token">{created.token.clone()}</span>
+                    </div>
+                })}
+            </section>
+            <section class="card" aria-labelledby="your-hosts">
+                <h2 id="your-hosts" class="text-lg font-semibold text-slate-900">"Your hosts"</h2>
+                <Transition fallback=|| view! { <p class="mt-4 text-slate-500">"Loading hosts…"</p> }>
+                    {move || Suspend::new(async move {
+                        match hosts.await {
+                            Ok(list) if list.is_empty() => view! { <p class="mt-4 text-slate-500">"No hosts yet. Create an enrollment token above."</p> }.into_any(),
+                            Ok(list) => view! { <HostTable hosts=list /> }.into_any(),
+                            Err(err) => view! { <p role="alert" class="mt-4 text-red-700">{err.to_string()}</p> }.into_any(),
+                        }
+                    })}
+                </Transition>
+            </section>
+        </div>
+    }
+}
+
+#[component]
+fn HostTable(hosts: Vec<HostSummary>) -> impl IntoView {
+    view! {
+        <div class="mt-4 overflow-x-auto">
+            <table class="min-w-full divide-y divide-slate-200 text-sm">
+                <thead>
+                    <tr class="text-left text-slate-500">
+                        <th scope="col" class="py-2 pr-4 font-medium">"Host"</th>
+                        <th scope="col" class="py-2 pr-4 font-medium">"Status"</th>
+                        <th scope="col" class="py-2 pr-4 font-medium">"GPUs"</th>
+                        <th scope="col" class="hidden py-2 pr-4 font-medium md:table-cell">"Location"</th>
+                        <th scope="col" class="hidden py-2 pr-4 font-medium lg:table-cell">"Last heartbeat"</th>
+                        <th scope="col" class="hidden py-2 pr-4 font-medium lg:table-cell">"Agent"</th>
+                    </tr>
+                </thead>
+                <tbody class="divide-y divide-slate-100">
+                    {hosts.into_iter().map(|host| view! {
+                        <tr data-testid="host-row">
+                            <td class="py-3 pr-4 font-medium"><a class="text-indigo-700 hover:underline" href=format!("/provider/hosts/{}", host.id)>{host.hostname.clone()}</a></td>
+                            <td class="py-3 pr-4"><StatusBadge status=host.status /></td>
+                            <td class="py-3 pr-4 text-slate-700">{if host.gpu_count == 0 { "none reported yet".to_owned() } else { host.gpu_summary.clone() }}</td>
+                            <td class="hidden py-3 pr-4 text-slate-600 md:table-cell">{host.location.clone().unwrap_or_else(|| "—".into())}</td>
+                            <td class="hidden py-3 pr-4 text-slate-600 lg:table-cell">{time_or_never(host.last_heartbeat_at)}</td>
+                            <td class="hidden py-3 pr-4 text-slate-600 lg:table-cell">{host.agent_version.clone().unwrap_or_else(|| "—".into())}</td>
+                        </tr>
+                    }).collect_view()}
+                </tbody>
+            </table>
+        </div>
+    }
+}
+
+#[component]
+pub fn HostPage() -> impl IntoView {
+    view! {
+        <Title text="Host" />
+        <RequireSignIn children=|_me: Me| view! { <Host /> } />
+    }
+}
+
+#[component]
+fn Host() -> impl IntoView {
+    let params = use_params_map();
+    let id = move || params.with(|p| p.get("id").and_then(|id| id.parse::<i64>().ok()).unwrap_or(0));
+    let revoke = ServerAction::<RevokeHost>::new();
+    let tick = refresh_ticker();
+    let detail = Resource::new(move || (id(), tick.get(), revoke.version().get()), |(id, ..)| get_host(id));
+    view! {
+        <Transition fallback=|| view! { <p class="text-slate-500">"Loading host…"</p> }>
+            {move || Suspend::new(async move {
+                match detail.await {
+                    Ok(detail) => view! { <HostDetailView detail revoke /> }.into_any(),
+                    Err(err) => view! { <p role="alert" class="text-red-700">{err.to_string()}</p> }.into_any(),
+                }
+            })}
+        </Transition>
+    }
+}
+
+#[component]
+fn HostDetailView(detail: HostDetail, revoke: ServerAction<RevokeHost>) -> impl IntoView {
+    let host = detail.host;
+    let revoked = host.status == HostStatus::Revoked;
+    view! {
+        <div class="space-y-6">
+            <div class="flex flex-wrap items-center justify-between gap-4">
+                <div>
+                    <a href="/provider/hosts" class="text-sm text-indigo-700 hover:underline">"← All hosts"</a>
+                    <h1 class="mt-1 flex items-center gap-3 text-2xl font-bold text-slate-900">{host.hostname.clone()} <StatusBadge status=host.status /></h1>
+                    <p class="mt-1 text-sm text-slate-600">
+                        {host.location.clone().unwrap_or_else(|| "No location set".into())} " · agent " {host.agent_version.clone().unwrap_or_else(|| "not connected yet".into())}
+                        " · last heartbeat " {time_or_never(host.last_heartbeat_at)}
+                    </p>
+                </div>
+                {(!revoked).then(|| view! {
+                    <ActionForm action=revoke>
+                        <input type="hidden" name="id" value=host.id />
+                        <button type="submit" class="btn-danger">"Revoke host"</button>
+                    </ActionForm>
+                })}
+            </div>
+            <section class="card" aria-labelledby="gpus">
+                <h2 id="gpus" class="text-lg font-semibold text-slate-900">"GPUs"</h2>
+                {if detail.gpus.is_empty() {
+                    view! { <p class="mt-4 text-slate-500">"The agent has not reported any GPUs yet."</p> }.into_any()
+                } else {
+                    view! {
+                        <div class="mt-4 grid gap-4 sm:grid-cols-2 lg:grid-cols-4">
+                            {detail.gpus.into_iter().map(|gpu| view! {
+                                <div class="rounded-xl p-4 ring-1 ring-slate-200" data-testid="gpu-tile">
+                                    <p class="text-xs font-medium uppercase tracking-wide text-slate-500">"GPU " {gpu.index}</p>
+                                    <p class="mt-1 font-semibold text-slate-900">{gpu.model.clone()}</p>
+                                    <p class="text-sm text-slate-600">{format!("{} GiB", gpu.memory_bytes >> 30)} " · CUDA " {gpu.cuda_version.clone()}</p>
+                                    <p class="mt-2 truncate font-mono text-xs text-slate-500" title=gpu.uuid.clone()>{gpu.uuid.clone()}</p>
+                                    <p class="mt-2 text-xs">
+                                        <span class=if gpu.state == "available" { "badge bg-emerald-50 text-emerald-700 ring-emerald-200" } else { "badge bg-amber-50 text-amber-800 ring-amber-200" }>{gpu.state.clone()}</span>
+                                        {(!gpu.nvlink_peers.is_empty()).then(|| view! { <span class="badge ml-1 bg-indigo-50 text-indigo-700 ring-indigo-200">{format!("NVLink ×{}", gpu.nvlink_peers.len())}</span> })}
+                                    </p>
+                                </div>
+                            }).collect_view()}
+                        </div>
+                    }.into_any()
+                }}
+            </section>
+            <section class="card" aria-labelledby="history">
+                <h2 id="history" class="text-lg font-semibold text-slate-900">"Status history"</h2>
+                <ol class="mt-4 space-y-3">
+                    {detail.events.into_iter().map(|event| view! {
+                        <li class="flex items-center gap-3 text-sm">
+                            <StatusBadge status=event.status />
+                            <span class="text-slate-700">{event.reason}</span>
+                            <span class="text-slate-500">{event.at.format("%Y-%m-%d %H:%M:%S UTC").to_string()}</span>
+                        </li>
+                    }).collect_view()}
+                </ol>
+            </section>
+        </div>
+    }
+}

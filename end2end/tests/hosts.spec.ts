@@ -1,0 +1,67 @@
+import { expect, test, type Page } from "@playwright/test";
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+// The agent binary built by scripts/test.sh; enrolled and run from here like a provider would.
+const agentBin = process.env.CARDPOOL_AGENT_BIN ?? "../target/debug/cardpool-agent";
+const backend = process.env.CARDPOOL_E2E_BACKEND ?? "sqlite";
+
+async function snap(page: Page, name: string) {
+  await page.screenshot({ path: `screenshots/${backend}/${test.info().project.name}/${name}.png`, fullPage: true });
+}
+
+test("a provider enrolls a simulated host with one agent command and sees it online", async ({ page, baseURL }, info) => {
+  const email = `host-${info.project.name}-${Date.now()}@example.com`;
+  await page.goto("/sign-up");
+  await page.locator("body[data-hydrated]").waitFor({ state: "attached" });
+  await page.getByLabel("Email").fill(email);
+  await page.getByLabel("Password").fill("correct horse battery");
+  await page.getByRole("button", { name: "Create account" }).click();
+  await expect(page).toHaveURL(/\/account$/);
+
+  await page.locator("body[data-hydrated]").waitFor({ state: "attached" });
+  await page.getByRole("button", { name: "Become a provider" }).click();
+  await expect(page.getByTestId("account-roles")).toContainText("provider");
+  await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Hosts" }).click();
+  await expect(page.getByRole("heading", { name: "Hosts", exact: true })).toBeVisible();
+  await expect(page.getByText("No hosts yet.")).toBeVisible();
+
+  await page.getByLabel("Location shown to renters").fill("Test Lab, EU");
+  await page.getByRole("button", { name: "Create enrollment token" }).click();
+  const command = page.getByTestId("enroll-command");
+  await expect(command).toContainText("cardpool-agent enroll --server");
+  const token = (await page.getByTestId("enroll-token").textContent())!.trim();
+  await snap(page, "hosts-enroll");
+
+  const stateDir = mkdtempSync(join(tmpdir(), "cardpool-agent-e2e-"));
+  let agent: ChildProcess | undefined;
+  try {
+    const enroll = spawnSync(agentBin, ["enroll", "--server", baseURL!, "--token", token, "--state-dir", stateDir], { encoding: "utf8" });
+    expect(enroll.status, enroll.stderr).toBe(0);
+    // The same token again: refused.
+    const replay = spawnSync(agentBin, ["enroll", "--server", baseURL!, "--token", token, "--state-dir", stateDir + "-2"], { encoding: "utf8" });
+    expect(replay.status).not.toBe(0);
+    expect(replay.stderr).toContain("already used");
+
+    agent = spawn(agentBin, ["run", "--state-dir", stateDir, "--simulate", "2xH100-80GB"], { stdio: "ignore" });
+    // No reload: the list refreshes itself.
+    const row = page.getByTestId("host-row");
+    await expect(row).toHaveCount(1);
+    await expect(row.getByTestId("host-status")).toHaveText("online", { timeout: 20_000 });
+    await expect(row).toContainText("2× NVIDIA H100 80GB HBM3");
+    await snap(page, "hosts-online");
+
+    await row.getByRole("link").click();
+    await expect(page.getByTestId("gpu-tile")).toHaveCount(2);
+    await expect(page.getByText("agent connected")).toBeVisible();
+    await snap(page, "host-detail");
+
+    agent.kill("SIGTERM");
+    await expect(page.getByRole("heading").getByTestId("host-status")).toHaveText("offline", { timeout: 20_000 });
+  } finally {
+    agent?.kill("SIGKILL");
+    rmSync(stateDir, { recursive: true, force: true });
+  }
+});
