@@ -87,6 +87,8 @@ pub struct HostSummary {
     /// e.g. "8× NVIDIA H100 80GB HBM3"
     pub gpu_summary: String,
     pub created_at: DateTime<Utc>,
+    /// Offered on the market.
+    pub listed: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -119,4 +121,58 @@ pub struct HostDetail {
     pub gpus: Vec<GpuView>,
     /// Newest first.
     pub events: Vec<HostEvent>,
+    /// One entry per priced GPU model.
+    pub prices: Vec<GpuModelPrice>,
+}
+
+/// Most a provider may ask per GPU-hour: $1,000.
+pub const MAX_PRICE_MICROS: i64 = 1_000 * crate::money::MICROS_PER_DOLLAR;
+
+/// A provider's prices for one GPU model on one host, in micro-dollars per GPU-hour.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct GpuModelPrice {
+    pub gpu_model: String,
+    /// On-demand price per GPU-hour.
+    pub on_demand_micros: i64,
+    /// Reserved (prepaid) price per GPU-hour; at most the on-demand price.
+    pub reserved_micros: i64,
+    /// Lowest spot bid accepted per GPU-hour; at most the on-demand price.
+    pub spot_min_bid_micros: i64,
+}
+
+impl GpuModelPrice {
+    /// Checks bounds and ordering, reporting every bad field at once.
+    pub fn validate(&self) -> Result<(), crate::AppError> {
+        let mut fields = crate::FieldErrors::new();
+        for (field, value) in [
+            ("on_demand", self.on_demand_micros),
+            ("reserved", self.reserved_micros),
+            ("spot_min_bid", self.spot_min_bid_micros),
+        ] {
+            if value <= 0 {
+                fields.insert(field.into(), "must be more than $0".into());
+            } else if value > MAX_PRICE_MICROS {
+                fields.insert(field.into(), "must be at most $1000 per GPU-hour".into());
+            }
+        }
+        if fields.is_empty() {
+            if self.reserved_micros > self.on_demand_micros {
+                fields.insert("reserved".into(), "must not be above the on-demand price".into());
+            }
+            if self.spot_min_bid_micros > self.on_demand_micros {
+                fields.insert("spot_min_bid".into(), "must not be above the on-demand price".into());
+            }
+        }
+        if self.gpu_model.trim().is_empty() {
+            fields.insert("gpu_model".into(), "choose a GPU model".into());
+        }
+        if fields.is_empty() { Ok(()) } else { Err(crate::AppError::invalid_fields(fields)) }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SetHostListedRequest {
+    pub listed: bool,
 }

@@ -8,5 +8,6 @@
 pub mod account;
 pub mod error;
 pub mod host;
+pub mod money;
 
 pub use error::{AppError, FieldErrors};

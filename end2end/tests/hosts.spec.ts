@@ -56,7 +56,25 @@ test("a provider enrolls a simulated host with one agent command and sees it onl
     await row.getByRole("link").click();
     await expect(page.getByTestId("gpu-tile")).toHaveCount(2);
     await expect(page.getByText("agent connected")).toBeVisible();
+
+    // Pricing: dollars in, exact integers stored; a bad value gets a field error.
+    await page.locator("body[data-hydrated]").waitFor({ state: "attached" });
+    await page.getByLabel("On-demand $/GPU-h").fill("abc");
+    await page.getByLabel("Reserved $/GPU-h").fill("1.99");
+    await page.getByLabel("Spot minimum bid $/GPU-h").fill("0.80");
+    await page.getByRole("button", { name: "Save prices" }).click();
+    await expect(page.getByText('"abc" is not an amount in dollars (e.g. 2.49)')).toBeVisible();
+    await page.getByLabel("On-demand $/GPU-h").fill("2.49");
+    await page.getByRole("button", { name: "Save prices" }).click();
+    await expect(page.getByText("Prices saved.")).toBeVisible();
+    await page.getByRole("button", { name: "List on the market" }).click();
+    await expect(page.getByTestId("listing-state")).toHaveText("listed on the market");
+    await expect(page.getByLabel("On-demand $/GPU-h")).toHaveValue("2.49");
     await snap(page, "host-detail");
+    const api = await page.request.get(page.url().replace("/provider/hosts/", "/api/v1/hosts/"));
+    const detail = await api.json();
+    expect(detail.prices[0]).toMatchObject({ on_demand_micros: 2490000, reserved_micros: 1990000, spot_min_bid_micros: 800000 });
+    expect(detail.host.listed).toBe(true);
 
     agent.kill("SIGTERM");
     await expect(page.getByRole("heading").getByTestId("host-status")).toHaveText("offline", { timeout: 20_000 });

@@ -9,12 +9,17 @@ pub use sea_orm_migration::prelude::*;
 
 mod m20261130_000001_create_accounts;
 mod m20261130_000002_create_hosts;
+mod m20261130_000003_host_pricing;
 
 pub struct Migrator;
 
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(m20261130_000001_create_accounts::Migration), Box::new(m20261130_000002_create_hosts::Migration)]
+        vec![
+            Box::new(m20261130_000001_create_accounts::Migration),
+            Box::new(m20261130_000002_create_hosts::Migration),
+            Box::new(m20261130_000003_host_pricing::Migration),
+        ]
     }
 }

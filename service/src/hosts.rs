@@ -9,12 +9,12 @@
 use crate::{
     AppError, AppResult, Services,
     auth::Principal,
-    entities::{enrollment_tokens, gpus, host_events, hosts},
+    entities::{enrollment_tokens, gpus, host_events, host_prices, hosts},
     internal,
 };
 use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
 use cardpool_domain::host::{
-    CreatedEnrollmentToken, EnrolledHost, GpuView, HostDetail, HostEvent, HostStatus, HostSummary,
+    CreatedEnrollmentToken, EnrolledHost, GpuModelPrice, GpuView, HostDetail, HostEvent, HostStatus, HostSummary,
 };
 use cardpool_protocol::{HostFacts, Inventory};
 use chrono::{DateTime, Duration, Utc};
@@ -132,6 +132,7 @@ pub async fn enroll_host(services: &Services, token: &str, hostname: &str) -> Ap
         last_heartbeat_at: Set(None),
         created_at: Set(now),
         revoked_at: Set(None),
+        listed: Set(false),
         ..Default::default()
     }
     .insert(&txn)
@@ -336,6 +337,7 @@ fn summary(host: &hosts::Model, host_gpus: &[gpus::Model]) -> HostSummary {
         gpu_count: available.len() as u32,
         gpu_summary: models.iter().map(|(m, n)| format!("{n}× {m}")).collect::<Vec<_>>().join(", "),
         created_at: host.created_at,
+        listed: host.listed,
     }
 }
 
@@ -376,7 +378,14 @@ pub async fn get_host(services: &Services, principal: &Principal, host_id: i64) 
         .all(&services.db)
         .await
         .map_err(internal("loading host events"))?;
+    let prices = host_prices::Entity::find()
+        .filter(host_prices::Column::HostId.eq(host.id))
+        .order_by_asc(host_prices::Column::GpuModel)
+        .all(&services.db)
+        .await
+        .map_err(internal("loading prices"))?;
     Ok(HostDetail {
+        prices: prices.iter().map(price_dto).collect(),
         host: summary(&host, &host_gpus),
         gpus: host_gpus
             .iter()
@@ -423,5 +432,108 @@ pub async fn revoke_host(services: &Services, principal: &Principal, host_id: i6
     record_event(&txn, host_id, HostStatus::Revoked, "revoked by its provider", now).await?;
     txn.commit().await.map_err(internal("committing revocation"))?;
     tracing::info!(host.id = host_id, by = principal.user_id, "host revoked");
+    Ok(())
+}
+
+fn price_dto(row: &host_prices::Model) -> GpuModelPrice {
+    GpuModelPrice {
+        gpu_model: row.gpu_model.clone(),
+        on_demand_micros: row.on_demand_micros,
+        reserved_micros: row.reserved_micros,
+        spot_min_bid_micros: row.spot_min_bid_micros,
+    }
+}
+
+/// A host the caller provides (admins included: pricing is the provider's call alone).
+async fn owned_host(services: &Services, principal: &Principal, host_id: i64) -> AppResult<hosts::Model> {
+    let host = visible_host(services, principal, host_id).await?;
+    if host.provider_id != principal.user_id {
+        return Err(AppError::forbidden("only the host's provider can change its prices or listing"));
+    }
+    if host.revoked_at.is_some() {
+        return Err(AppError::conflict("this host was revoked"));
+    }
+    Ok(host)
+}
+
+async fn available_models(services: &Services, host_id: i64) -> AppResult<Vec<String>> {
+    let mut models: Vec<String> = gpus::Entity::find()
+        .filter(gpus::Column::HostId.eq(host_id))
+        .filter(gpus::Column::State.eq("available"))
+        .all(&services.db)
+        .await
+        .map_err(internal("loading gpus"))?
+        .into_iter()
+        .map(|g| g.model)
+        .collect();
+    models.sort();
+    models.dedup();
+    Ok(models)
+}
+
+/// Sets the caller's prices for one GPU model on one of their hosts.
+pub async fn update_host_pricing(
+    services: &Services,
+    principal: &Principal,
+    host_id: i64,
+    price: &GpuModelPrice,
+) -> AppResult<GpuModelPrice> {
+    price.validate()?;
+    let host = owned_host(services, principal, host_id).await?;
+    if !available_models(services, host.id).await?.contains(&price.gpu_model) {
+        return Err(AppError::invalid_field("gpu_model", "this host has no GPU of that model"));
+    }
+    let row = host_prices::ActiveModel {
+        host_id: Set(host.id),
+        gpu_model: Set(price.gpu_model.clone()),
+        on_demand_micros: Set(price.on_demand_micros),
+        reserved_micros: Set(price.reserved_micros),
+        spot_min_bid_micros: Set(price.spot_min_bid_micros),
+        updated_at: Set(Utc::now()),
+        ..Default::default()
+    };
+    host_prices::Entity::insert(row)
+        .on_conflict(
+            sea_orm::sea_query::OnConflict::columns([host_prices::Column::HostId, host_prices::Column::GpuModel])
+                .update_columns([
+                    host_prices::Column::OnDemandMicros,
+                    host_prices::Column::ReservedMicros,
+                    host_prices::Column::SpotMinBidMicros,
+                    host_prices::Column::UpdatedAt,
+                ])
+                .to_owned(),
+        )
+        .exec(&services.db)
+        .await
+        .map_err(internal("saving prices"))?;
+    tracing::info!(host.id = host.id, model = %price.gpu_model, "prices updated");
+    Ok(price.clone())
+}
+
+/// Lists a host on the market, or takes it off. Listing needs at least one GPU and a price
+/// for every GPU model the host has.
+pub async fn set_host_listed(services: &Services, principal: &Principal, host_id: i64, listed: bool) -> AppResult<()> {
+    let host = owned_host(services, principal, host_id).await?;
+    if listed {
+        let models = available_models(services, host.id).await?;
+        if models.is_empty() {
+            return Err(AppError::conflict("the agent has not reported any GPUs for this host yet"));
+        }
+        let priced: Vec<String> = host_prices::Entity::find()
+            .filter(host_prices::Column::HostId.eq(host.id))
+            .all(&services.db)
+            .await
+            .map_err(internal("loading prices"))?
+            .into_iter()
+            .map(|p| p.gpu_model)
+            .collect();
+        let unpriced: Vec<&str> = models.iter().filter(|m| !priced.contains(m)).map(String::as_str).collect();
+        if !unpriced.is_empty() {
+            return Err(AppError::conflict(format!("set prices for {} first", unpriced.join(", "))));
+        }
+    }
+    let mut row = host.into_active_model();
+    row.listed = Set(listed);
+    row.update(&services.db).await.map_err(internal("saving listing"))?;
     Ok(())
 }

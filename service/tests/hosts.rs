@@ -202,3 +202,66 @@ async fn revoked_hosts_lose_their_credential(backend: Backend) {
     assert_eq!(detail.host.status, HostStatus::Revoked);
     assert_eq!(detail.events[0].reason, "revoked by its provider");
 }
+
+mod pricing {
+    use super::*;
+    use cardpool_domain::host::GpuModelPrice;
+
+    fn price(model: &str, on_demand: i64, reserved: i64, spot: i64) -> GpuModelPrice {
+        GpuModelPrice {
+            gpu_model: model.into(),
+            on_demand_micros: on_demand,
+            reserved_micros: reserved,
+            spot_min_bid_micros: spot,
+        }
+    }
+
+    backend_tests!(prices_are_validated_stored_as_integers_and_gate_listing);
+
+    async fn prices_are_validated_stored_as_integers_and_gate_listing(backend: Backend) {
+        let (_db, services) = testing::services(backend, Settings::default()).await;
+        let provider = account(&services, "p@example.com", true).await;
+        let stranger = account(&services, "s@example.com", true).await;
+        let token = hosts::create_enrollment_token(&services, &provider, None, SERVER).await.unwrap();
+        let enrolled = hosts::enroll_host(&services, &token.token, "box").await.unwrap();
+        let host = hosts::authenticate_host(&services, &enrolled.credential).await.unwrap();
+
+        let listing = hosts::set_host_listed(&services, &provider, host.id, true).await;
+        assert!(matches!(listing, Err(AppError::Conflict(m)) if m.contains("not reported any GPUs")));
+        hosts::record_inventory(&services, &host, &inventory(&["GPU-a", "GPU-b"])).await.unwrap();
+        let unpriced = hosts::set_host_listed(&services, &provider, host.id, true).await;
+        assert!(matches!(unpriced, Err(AppError::Conflict(m)) if m.contains("set prices for NVIDIA H100 80GB HBM3")));
+
+        let model = "NVIDIA H100 80GB HBM3";
+        let bad = hosts::update_host_pricing(&services, &provider, host.id, &price(model, 0, 3_000_000, 1))
+            .await
+            .unwrap_err();
+        assert!(bad.field("on_demand").is_some());
+        let inverted =
+            hosts::update_host_pricing(&services, &provider, host.id, &price(model, 2_000_000, 3_000_000, 1)).await;
+        assert!(inverted.unwrap_err().field("reserved").is_some());
+        let unknown = hosts::update_host_pricing(&services, &provider, host.id, &price("NVIDIA B200", 2, 1, 1)).await;
+        assert!(unknown.unwrap_err().field("gpu_model").is_some());
+        let foreign = hosts::update_host_pricing(&services, &stranger, host.id, &price(model, 2, 1, 1)).await;
+        assert!(matches!(foreign, Err(AppError::NotFound(_))));
+
+        hosts::update_host_pricing(&services, &provider, host.id, &price(model, 2_490_000, 1_990_000, 800_000))
+            .await
+            .unwrap();
+        hosts::update_host_pricing(&services, &provider, host.id, &price(model, 2_500_000, 2_000_000, 900_000))
+            .await
+            .unwrap();
+        let detail = hosts::get_host(&services, &provider, host.id).await.unwrap();
+        assert_eq!(
+            detail.prices,
+            vec![price(model, 2_500_000, 2_000_000, 900_000)],
+            "one row per model, updated in place"
+        );
+        assert!(!detail.host.listed);
+
+        hosts::set_host_listed(&services, &provider, host.id, true).await.unwrap();
+        assert!(hosts::get_host(&services, &provider, host.id).await.unwrap().host.listed);
+        hosts::set_host_listed(&services, &provider, host.id, false).await.unwrap();
+        assert!(!hosts::get_host(&services, &provider, host.id).await.unwrap().host.listed);
+    }
+}

@@ -40,8 +40,17 @@ pub fn Field(
     #[prop(default = "off")] autocomplete: &'static str,
     #[prop(optional, into)] hint: Option<String>,
     #[prop(into)] error: Signal<Option<String>>,
+    /// Initial value.
+    #[prop(optional, into)]
+    value: Option<String>,
+    /// Distinguishes fields of the same name when a page has several such forms.
+    #[prop(optional, into)]
+    id_suffix: Option<String>,
 ) -> impl IntoView {
-    let id = format!("field-{name}");
+    let id = match id_suffix {
+        Some(suffix) => format!("field-{name}-{suffix}"),
+        None => format!("field-{name}"),
+    };
     let error_id = format!("{id}-error");
     let hint_id = format!("{id}-hint");
     let has_hint = hint.is_some();
@@ -68,6 +77,7 @@ pub fn Field(
                 name=name
                 type=input_type
                 autocomplete=autocomplete
+                value=value
                 aria-invalid=move || if error.get().is_some() { "true" } else { "false" }
                 aria-describedby=described_by
                 class="block w-full rounded-lg border-0 px-3 py-2 text-slate-900 shadow-sm ring-1 ring-inset ring-slate-300 placeholder:text-slate-400 focus:ring-2 focus:ring-inset focus:ring-indigo-600 aria-[invalid=true]:ring-red-500"

@@ -6,11 +6,12 @@ use crate::{
         form::{Field, FormAlert, SubmitButton, field_error, form_error},
         session::RequireSignIn,
     },
-    server_fns::hosts::{CreateEnrollmentToken, RevokeHost, get_host, list_hosts},
+    server_fns::hosts::{CreateEnrollmentToken, RevokeHost, SetHostListed, UpdateHostPricing, get_host, list_hosts},
 };
 use cardpool_domain::{
     account::Me,
-    host::{HostDetail, HostStatus, HostSummary},
+    host::{GpuModelPrice, HostDetail, HostStatus, HostSummary},
+    money::format_dollars,
 };
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -165,13 +166,18 @@ fn Host() -> impl IntoView {
     let params = use_params_map();
     let id = move || params.with(|p| p.get("id").and_then(|id| id.parse::<i64>().ok()).unwrap_or(0));
     let revoke = ServerAction::<RevokeHost>::new();
+    let pricing = ServerAction::<UpdateHostPricing>::new();
+    let listing = ServerAction::<SetHostListed>::new();
     let tick = refresh_ticker();
-    let detail = Resource::new(move || (id(), tick.get(), revoke.version().get()), |(id, ..)| get_host(id));
+    let detail = Resource::new(
+        move || (id(), tick.get(), revoke.version().get(), pricing.version().get(), listing.version().get()),
+        |(id, ..)| get_host(id),
+    );
     view! {
         <Transition fallback=|| view! { <p class="text-slate-500">"Loading host…"</p> }>
             {move || Suspend::new(async move {
                 match detail.await {
-                    Ok(detail) => view! { <HostDetailView detail revoke /> }.into_any(),
+                    Ok(detail) => view! { <HostDetailView detail revoke pricing listing /> }.into_any(),
                     Err(err) => view! { <p role="alert" class="text-red-700">{err.to_string()}</p> }.into_any(),
                 }
             })}
@@ -180,9 +186,19 @@ fn Host() -> impl IntoView {
 }
 
 #[component]
-fn HostDetailView(detail: HostDetail, revoke: ServerAction<RevokeHost>) -> impl IntoView {
+fn HostDetailView(
+    detail: HostDetail,
+    revoke: ServerAction<RevokeHost>,
+    pricing: ServerAction<UpdateHostPricing>,
+    listing: ServerAction<SetHostListed>,
+) -> impl IntoView {
     let host = detail.host;
     let revoked = host.status == HostStatus::Revoked;
+    let mut models: Vec<String> =
+        detail.gpus.iter().filter(|g| g.state == "available").map(|g| g.model.clone()).collect();
+    models.sort();
+    models.dedup();
+    let prices = detail.prices.clone();
     view! {
         <div class="space-y-6">
             <div class="flex flex-wrap items-center justify-between gap-4">
@@ -201,6 +217,9 @@ fn HostDetailView(detail: HostDetail, revoke: ServerAction<RevokeHost>) -> impl 
                     </ActionForm>
                 })}
             </div>
+            {(!revoked && !models.is_empty()).then(|| view! {
+                <PricingSection host_id=host.id listed=host.listed models=models.clone() prices=prices.clone() pricing listing />
+            })}
             <section class="card" aria-labelledby="gpus">
                 <h2 id="gpus" class="text-lg font-semibold text-slate-900">"GPUs"</h2>
                 {if detail.gpus.is_empty() {
@@ -237,5 +256,60 @@ fn HostDetailView(detail: HostDetail, revoke: ServerAction<RevokeHost>) -> impl 
                 </ol>
             </section>
         </div>
+    }
+}
+
+#[component]
+fn PricingSection(
+    host_id: i64,
+    listed: bool,
+    models: Vec<String>,
+    prices: Vec<GpuModelPrice>,
+    pricing: ServerAction<UpdateHostPricing>,
+    listing: ServerAction<SetHostListed>,
+) -> impl IntoView {
+    let value = pricing.value();
+    let listing_value = listing.value();
+    let saved = move || matches!(value.get(), Some(Ok(_)));
+    view! {
+        <section class="card" aria-labelledby="pricing">
+            <div class="flex flex-wrap items-center justify-between gap-4">
+                <div>
+                    <h2 id="pricing" class="text-lg font-semibold text-slate-900">"Pricing and listing"</h2>
+                    <p class="mt-1 text-sm text-slate-600">"Prices are per GPU-hour in US dollars, billed per second. Reserved and the spot minimum are at most the on-demand price."</p>
+                </div>
+                <ActionForm action=listing>
+                    <input type="hidden" name="id" value=host_id />
+                    <input type="hidden" name="listed" value=if listed { "false" } else { "true" } />
+                    <div class="flex items-center gap-3">
+                        <span data-testid="listing-state" class=if listed { "badge bg-emerald-50 text-emerald-700 ring-emerald-200" } else { "badge bg-slate-100 text-slate-600 ring-slate-200" }>
+                            {if listed { "listed on the market" } else { "not listed" }}
+                        </span>
+                        <button type="submit" class=if listed { "btn-secondary" } else { "btn-primary" }>{if listed { "Take off the market" } else { "List on the market" }}</button>
+                    </div>
+                </ActionForm>
+            </div>
+            <div class="mt-4"><FormAlert message=form_error(listing_value) /></div>
+            {models.into_iter().map(|model| {
+                let current = prices.iter().find(|p| p.gpu_model == model).cloned();
+                let show = move |f: fn(&GpuModelPrice) -> i64| current.as_ref().map(|p| format_dollars(f(p)));
+                let suffix = model.chars().filter(char::is_ascii_alphanumeric).collect::<String>();
+                view! {
+                    <ActionForm action=pricing attr:class="mt-4 rounded-xl p-4 ring-1 ring-slate-200" attr:novalidate=true>
+                        <p class="font-medium text-slate-900">{model.clone()}</p>
+                        <input type="hidden" name="id" value=host_id />
+                        <input type="hidden" name="gpu_model" value=model.clone() />
+                        <div class="mt-3 grid gap-4 sm:grid-cols-4 sm:items-end">
+                            <Field label="On-demand $/GPU-h" name="on_demand" id_suffix=suffix.clone() value=show(|p| p.on_demand_micros).unwrap_or_default() error=field_error(value, "on_demand") />
+                            <Field label="Reserved $/GPU-h" name="reserved" id_suffix=suffix.clone() value=show(|p| p.reserved_micros).unwrap_or_default() error=field_error(value, "reserved") />
+                            <Field label="Spot minimum bid $/GPU-h" name="spot_min_bid" id_suffix=suffix.clone() value=show(|p| p.spot_min_bid_micros).unwrap_or_default() error=field_error(value, "spot_min_bid") />
+                            <SubmitButton label="Save prices" pending=pricing.pending() />
+                        </div>
+                    </ActionForm>
+                }
+            }).collect_view()}
+            <div class="mt-4"><FormAlert message=form_error(value) /></div>
+            <p role="status" class="mt-2 text-sm text-emerald-700" class:hidden=move || !saved()>"Prices saved."</p>
+        </section>
     }
 }

@@ -1,6 +1,6 @@
 use cardpool_domain::{
     AppError,
-    host::{CreatedEnrollmentToken, HostDetail, HostSummary},
+    host::{CreatedEnrollmentToken, GpuModelPrice, HostDetail, HostSummary},
 };
 use leptos::prelude::*;
 
@@ -42,6 +42,47 @@ pub async fn revoke_host(id: i64) -> Result<(), AppError> {
         let req = crate::ssr::Request::current().await?;
         let principal = req.principal().await?;
         cardpool_service::hosts::revoke_host(&req.services, &principal, id).await
+    })
+    .await
+}
+
+/// Prices arrive as dollar strings from the form and are stored as integer micro-dollars.
+#[server(prefix = "/rpc", endpoint = "update_host_pricing")]
+pub async fn update_host_pricing(
+    id: i64,
+    gpu_model: String,
+    on_demand: String,
+    reserved: String,
+    spot_min_bid: String,
+) -> Result<GpuModelPrice, AppError> {
+    crate::ssr::respond(async move {
+        use cardpool_domain::money::parse_dollars;
+        let req = crate::ssr::Request::current().await?;
+        let principal = req.principal().await?;
+        let mut fields = cardpool_domain::FieldErrors::new();
+        let mut dollars = |field: &str, raw: &str| {
+            parse_dollars(raw).map_err(|m| fields.insert(field.to_owned(), m)).unwrap_or_default()
+        };
+        let price = GpuModelPrice {
+            gpu_model,
+            on_demand_micros: dollars("on_demand", &on_demand),
+            reserved_micros: dollars("reserved", &reserved),
+            spot_min_bid_micros: dollars("spot_min_bid", &spot_min_bid),
+        };
+        if !fields.is_empty() {
+            return Err(AppError::invalid_fields(fields));
+        }
+        cardpool_service::hosts::update_host_pricing(&req.services, &principal, id, &price).await
+    })
+    .await
+}
+
+#[server(prefix = "/rpc", endpoint = "set_host_listed")]
+pub async fn set_host_listed(id: i64, listed: bool) -> Result<(), AppError> {
+    crate::ssr::respond(async move {
+        let req = crate::ssr::Request::current().await?;
+        let principal = req.principal().await?;
+        cardpool_service::hosts::set_host_listed(&req.services, &principal, id, listed).await
     })
     .await
 }

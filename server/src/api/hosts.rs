@@ -11,7 +11,8 @@ use cardpool_domain::{
     AppError,
     error::ErrorBody,
     host::{
-        CreateEnrollmentTokenRequest, CreatedEnrollmentToken, EnrollHostRequest, EnrolledHost, HostDetail, HostSummary,
+        CreateEnrollmentTokenRequest, CreatedEnrollmentToken, EnrollHostRequest, EnrolledHost, GpuModelPrice,
+        HostDetail, HostSummary, SetHostListedRequest,
     },
 };
 use cardpool_service::hosts;
@@ -80,5 +81,36 @@ pub async fn revoke_host(
     id: Result<Path<i64>, axum::extract::rejection::PathRejection>,
 ) -> ApiResult<StatusCode> {
     hosts::revoke_host(&state.services, &caller, host_id(id)?).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Sets the prices of one GPU model on one of the caller's hosts (micro-dollars per GPU-hour).
+#[utoipa::path(put, path = "/api/v1/hosts/{id}/pricing", operation_id = "update_host_pricing", tag = "hosts",
+    security(("bearer" = []), ("session" = [])),
+    params(("id" = i64, Path, description = "Host id")),
+    request_body = GpuModelPrice,
+    responses((status = 200, body = GpuModelPrice), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn update_host_pricing(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    id: Result<Path<i64>, axum::extract::rejection::PathRejection>,
+    ApiJson(price): ApiJson<GpuModelPrice>,
+) -> ApiResult<Json<GpuModelPrice>> {
+    Ok(Json(hosts::update_host_pricing(&state.services, &caller, host_id(id)?, &price).await?))
+}
+
+/// Lists one of the caller's hosts on the market, or takes it off.
+#[utoipa::path(put, path = "/api/v1/hosts/{id}/listing", operation_id = "set_host_listed", tag = "hosts",
+    security(("bearer" = []), ("session" = [])),
+    params(("id" = i64, Path, description = "Host id")),
+    request_body = SetHostListedRequest,
+    responses((status = 204, description = "Saved"), (status = 404, body = ErrorBody), (status = 409, description = "Not priced yet", body = ErrorBody)))]
+pub async fn set_host_listed(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    id: Result<Path<i64>, axum::extract::rejection::PathRejection>,
+    ApiJson(request): ApiJson<SetHostListedRequest>,
+) -> ApiResult<StatusCode> {
+    hosts::set_host_listed(&state.services, &caller, host_id(id)?, request.listed).await?;
     Ok(StatusCode::NO_CONTENT)
 }

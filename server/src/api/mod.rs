@@ -13,7 +13,7 @@ use axum::{
     extract::{FromRequest, FromRequestParts, rejection::JsonRejection},
     http::{HeaderValue, StatusCode, header, request::Parts},
     response::{IntoResponse, Response},
-    routing::{delete, get, post},
+    routing::{delete, get, post, put},
 };
 use cardpool_app::ssr::AppState;
 use cardpool_domain::{AppError, error::ErrorBody};
@@ -45,6 +45,8 @@ pub fn router() -> Router<AppState> {
         .route("/hosts", get(hosts::list_hosts))
         .route("/hosts/{id}", get(hosts::get_host))
         .route("/hosts/{id}/revoke", post(hosts::revoke_host))
+        .route("/hosts/{id}/pricing", put(hosts::update_host_pricing))
+        .route("/hosts/{id}/listing", put(hosts::set_host_listed))
         .fallback(|| async { ApiError(AppError::not_found("API route")) })
 }
 
@@ -68,6 +70,8 @@ pub fn router() -> Router<AppState> {
         hosts::list_hosts,
         hosts::get_host,
         hosts::revoke_host,
+        hosts::update_host_pricing,
+        hosts::set_host_listed,
     ),
     components(schemas(ErrorBody)),
     modifiers(&SecuritySchemes),

@@ -19,6 +19,8 @@ pub struct Model {
     pub last_heartbeat_at: Option<DateTimeUtc>,
     pub created_at: DateTimeUtc,
     pub revoked_at: Option<DateTimeUtc>,
+    /// Offered on the market (needs a price for every GPU model it has).
+    pub listed: bool,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -6,6 +6,7 @@ pub mod api_tokens;
 pub mod enrollment_tokens;
 pub mod gpus;
 pub mod host_events;
+pub mod host_prices;
 pub mod hosts;
 pub mod sessions;
 pub mod users;
