@@ -18,24 +18,25 @@ pub const DEMO_ACCOUNTS: [(&str, &str); 4] = [
     ("admin@demo.cardpool.dev", "renter + admin"),
 ];
 
-/// Simulated hosts: (provider, hostname, GPUs, location).
-pub const DEMO_HOSTS: [(&str, &str, &str, &str); 4] = [
-    ("provider@demo.cardpool.dev", "fra-h100-01", "8xH100-80GB", "Frankfurt, DE"),
-    ("provider@demo.cardpool.dev", "fra-l40s-01", "4xL40S-48GB", "Frankfurt, DE"),
-    ("provider2@demo.cardpool.dev", "pdx-a100-01", "4xA100-80GB", "Oregon, US"),
-    ("provider2@demo.cardpool.dev", "waw-4090-01", "2xRTX4090-24GB", "Warsaw, PL"),
+/// Simulated hosts: (provider, hostname, GPUs, location, on-demand $/GPU-h in micro-dollars).
+pub const DEMO_HOSTS: [(&str, &str, &str, &str, i64); 4] = [
+    ("provider@demo.cardpool.dev", "fra-h100-01", "8xH100-80GB", "Frankfurt, DE", 2_490_000),
+    ("provider@demo.cardpool.dev", "fra-l40s-01", "4xL40S-48GB", "Frankfurt, DE", 790_000),
+    ("provider2@demo.cardpool.dev", "pdx-a100-01", "4xA100-80GB", "Oregon, US", 1_290_000),
+    ("provider2@demo.cardpool.dev", "waw-4090-01", "2xRTX4090-24GB", "Warsaw, PL", 390_000),
 ];
 
 /// Starts one in-process agent per demo host, dialling `server_url`. Each host's credential
 /// is kept under `state_root/<hostname>` so a restart reconnects the same hosts; a host whose
 /// credential this database does not know (a fresh database) is enrolled again.
 pub async fn start_agents(services: &Services, server_url: &str, state_root: &Path) -> AppResult<()> {
-    for (provider, hostname, spec, location) in DEMO_HOSTS {
+    for (provider, hostname, spec, location, on_demand) in DEMO_HOSTS {
         let dir = state_root.join(hostname);
-        let known = match state::load(&dir) {
+        let known: Option<state::AgentState> = match state::load(&dir) {
             Ok(saved) if hosts::authenticate_host(services, &saved.credential).await.is_ok() => Some(saved),
             _ => None,
         };
+        let newly_enrolled = known.is_none();
         let saved = match known {
             Some(saved) => saved,
             None => {
@@ -54,6 +55,9 @@ pub async fn start_agents(services: &Services, server_url: &str, state_root: &Pa
             }
         };
         let saved = state::AgentState { server: server_url.to_owned(), ..saved };
+        if newly_enrolled {
+            tokio::spawn(price_and_list(services.clone(), provider, saved.host_id, on_demand));
+        }
         tokio::spawn(async move {
             let source = match SimulatedSource::new(spec, hostname, vec![]) {
                 Ok(source) => source,
@@ -84,4 +88,26 @@ pub async fn seed(services: &Services) -> AppResult<bool> {
         }
     }
     Ok(true)
+}
+
+/// Prices a new demo host (reserved 20 % off, spot from 40 %) once its agent has reported its
+/// GPUs, and lists it, so the demo market has offers.
+async fn price_and_list(services: Services, provider: &'static str, host_id: i64, on_demand: i64) {
+    let Ok(principal) = accounts::principal_for_email(&services, provider).await else { return };
+    for _ in 0..60 {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let Ok(detail) = hosts::get_host(&services, &principal, host_id).await else { return };
+        let Some(gpu) = detail.gpus.first() else { continue };
+        let price = cardpool_domain::host::GpuModelPrice {
+            gpu_model: gpu.model.clone(),
+            on_demand_micros: on_demand,
+            reserved_micros: on_demand / 5 * 4,
+            spot_min_bid_micros: on_demand / 5 * 2,
+        };
+        let priced = hosts::update_host_pricing(&services, &principal, host_id, &price).await;
+        if let Err(err) = priced.and(hosts::set_host_listed(&services, &principal, host_id, true).await) {
+            tracing::warn!(%err, host_id, "could not price the demo host");
+        }
+        return;
+    }
 }
