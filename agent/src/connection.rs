@@ -167,6 +167,14 @@ async fn session(
         return Ended::Dropped(err.to_string());
     }
 
+    let mut last_self_test = crate::selftest::run(source, &last_inventory.host);
+    let Ok(frame) = send(AgentMessage::SelfTest(last_self_test.clone())).await else {
+        return Ended::Refused("cannot encode self-test".into());
+    };
+    if let Err(err) = tx.send(frame).await {
+        return Ended::Dropped(err.to_string());
+    }
+
     let mut heartbeat = tokio::time::interval(interval);
     let mut refresh = tokio::time::interval(INVENTORY_REFRESH);
     refresh.tick().await;
@@ -183,7 +191,14 @@ async fn session(
                         last_inventory = current.clone();
                         AgentMessage::Inventory(current)
                     }
-                    Ok(_) => continue,
+                    Ok(current) => {
+                        let report = crate::selftest::run(source, &current.host);
+                        if outcome(&report) == outcome(&last_self_test) {
+                            continue;
+                        }
+                        last_self_test = report.clone();
+                        AgentMessage::SelfTest(report)
+                    }
                     Err(err) => {
                         eprintln!("cardpool-agent: cannot read the GPUs: {err}");
                         continue;
@@ -205,6 +220,11 @@ async fn session(
             return Ended::Dropped(err.to_string());
         }
     }
+}
+
+/// What changed in a self-test worth reporting: which checks pass, not their readings.
+fn outcome(report: &cardpool_protocol::SelfTestReport) -> Vec<(&str, bool)> {
+    report.checks.iter().map(|c| (c.name.as_str(), c.passed)).collect()
 }
 
 async fn shutdown_signal() {

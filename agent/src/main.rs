@@ -151,15 +151,19 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             let host = host::host_facts(source.location.clone());
             let report = match source.open(&host.hostname) {
                 Ok(gpus) => selftest::run(gpus.as_ref(), &host),
-                Err(message) => selftest::Report {
+                Err(message) => cardpool_protocol::SelfTestReport {
                     source: "NVML".into(),
-                    checks: vec![selftest::Check { name: "gpu source".into(), passed: false, detail: message }],
+                    checks: vec![cardpool_protocol::SelfTestCheck {
+                        name: "gpu source".into(),
+                        passed: false,
+                        detail: message,
+                    }],
                 },
             };
             if json {
                 println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
             } else {
-                print!("{}", report.render());
+                print!("{}", selftest::render(&report));
             }
             Ok(if report.passed() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }

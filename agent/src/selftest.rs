@@ -1,46 +1,21 @@
 //! `cardpool-agent self-test`: can this host rent out its GPUs right now?
 
 use crate::gpu::{GpuHealth, GpuSource};
-use cardpool_protocol::HostFacts;
-use serde::Serialize;
+use cardpool_protocol::{HostFacts, SelfTestCheck as Check, SelfTestReport as Report};
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Check {
-    pub name: String,
-    pub passed: bool,
-    pub detail: String,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Report {
-    pub source: String,
-    pub checks: Vec<Check>,
-}
-
-impl Report {
-    pub fn passed(&self) -> bool {
-        self.checks.iter().all(|c| c.passed)
+/// The human-readable report.
+pub fn render(report: &Report) -> String {
+    let mut out = format!("Cardpool agent self-test ({})\n", report.source);
+    for check in &report.checks {
+        out.push_str(&format!("  [{}] {}: {}\n", if check.passed { " ok " } else { "FAIL" }, check.name, check.detail));
     }
-
-    /// The human-readable report.
-    pub fn render(&self) -> String {
-        let mut out = format!("Cardpool agent self-test ({})\n", self.source);
-        for check in &self.checks {
-            out.push_str(&format!(
-                "  [{}] {}: {}\n",
-                if check.passed { " ok " } else { "FAIL" },
-                check.name,
-                check.detail
-            ));
-        }
-        let failed = self.checks.iter().filter(|c| !c.passed).count();
-        out.push_str(&if failed == 0 {
-            format!("PASSED: {} checks\n", self.checks.len())
-        } else {
-            format!("FAILED: {failed} of {} checks\n", self.checks.len())
-        });
-        out
-    }
+    let failed = report.checks.iter().filter(|c| !c.passed).count();
+    out.push_str(&if failed == 0 {
+        format!("PASSED: {} checks\n", report.checks.len())
+    } else {
+        format!("FAILED: {failed} of {} checks\n", report.checks.len())
+    });
+    out
 }
 
 fn check(name: impl Into<String>, passed: bool, detail: impl Into<String>) -> Check {
@@ -109,8 +84,8 @@ mod tests {
     fn a_healthy_simulated_host_passes() {
         let source = SimulatedSource::new("2xH100-80GB", "h", vec![]).unwrap();
         let report = run(&source, &host());
-        assert!(report.passed(), "{}", report.render());
-        assert!(report.render().contains("PASSED"));
+        assert!(report.passed(), "{}", render(&report));
+        assert!(render(&report).contains("PASSED"));
     }
 
     #[test]
@@ -127,6 +102,6 @@ mod tests {
         assert!(detail(3).detail.contains("off the bus"));
         assert!(detail(4).detail.contains("throttled"));
         assert!(detail(5).passed);
-        assert!(report.render().contains("FAILED: 5 of"));
+        assert!(render(&report).contains("FAILED: 5 of"));
     }
 }

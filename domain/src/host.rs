@@ -123,6 +123,9 @@ pub struct HostDetail {
     pub events: Vec<HostEvent>,
     /// One entry per priced GPU model.
     pub prices: Vec<GpuModelPrice>,
+    /// The agent's latest self-test, and when it arrived.
+    pub self_test: Option<cardpool_protocol::SelfTestReport>,
+    pub self_test_at: Option<DateTime<Utc>>,
 }
 
 /// Most a provider may ask per GPU-hour: $1,000.

@@ -56,6 +56,7 @@ test("a provider enrolls a simulated host with one agent command and sees it onl
     await row.getByRole("link").click();
     await expect(page.getByTestId("gpu-tile")).toHaveCount(2);
     await expect(page.getByText("agent connected")).toBeVisible();
+    await expect(page.getByTestId("self-test-outcome")).toHaveText("passed");
 
     // Pricing: dollars in, exact integers stored; a bad value gets a field error.
     await page.locator("body[data-hydrated]").waitFor({ state: "attached" });

@@ -10,6 +10,7 @@ pub use sea_orm_migration::prelude::*;
 mod m20261130_000001_create_accounts;
 mod m20261130_000002_create_hosts;
 mod m20261130_000003_host_pricing;
+mod m20261130_000004_host_self_test;
 
 pub struct Migrator;
 
@@ -20,6 +21,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000001_create_accounts::Migration),
             Box::new(m20261130_000002_create_hosts::Migration),
             Box::new(m20261130_000003_host_pricing::Migration),
+            Box::new(m20261130_000004_host_self_test::Migration),
         ]
     }
 }

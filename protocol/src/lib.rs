@@ -119,6 +119,32 @@ pub enum AgentMessage {
     Inventory(Inventory),
     /// Every `heartbeat_interval_secs`.
     Heartbeat { sequence: u64 },
+    /// The host's self-test, on connect and whenever its outcome changes.
+    SelfTest(SelfTestReport),
+}
+
+/// One check of `cardpool-agent self-test`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SelfTestCheck {
+    pub name: String,
+    pub passed: bool,
+    pub detail: String,
+}
+
+/// Whether a host can rent out its GPUs right now, check by check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SelfTestReport {
+    /// The GPU source that was checked ("NVML, driver ...", "simulated ...").
+    pub source: String,
+    pub checks: Vec<SelfTestCheck>,
+}
+
+impl SelfTestReport {
+    pub fn passed(&self) -> bool {
+        self.checks.iter().all(|c| c.passed)
+    }
 }
 
 /// What the server sends back.

@@ -115,6 +115,7 @@ async fn serve_agent(
                 let result = match serde_json::from_str::<AgentMessage>(&text) {
                     Ok(AgentMessage::Inventory(inventory)) => hosts::record_inventory(&services, &host, &inventory).await,
                     Ok(AgentMessage::Heartbeat { .. }) => hosts::record_heartbeat(&services, &host).await,
+                    Ok(AgentMessage::SelfTest(report)) => hosts::record_self_test(&services, &host, &report).await,
                     Ok(AgentMessage::Hello { .. }) => Err(AppError::invalid_field("type", "hello was already received")),
                     Err(err) => Err(AppError::invalid_field("message", format!("malformed message: {err}"))),
                 };

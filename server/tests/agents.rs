@@ -107,9 +107,12 @@ async fn enroll_run_inventory_offline_and_reconnect(backend: Backend) {
 
     let agent = spawn_agent(state.clone(), "2xH100-80GB");
     let detail = wait_for(&app, &client, state.host_id, Duration::from_secs(10), "coming online with inventory", |h| {
-        h["host"]["status"] == "online" && h["host"]["gpu_count"] == 2
+        h["host"]["status"] == "online" && h["host"]["gpu_count"] == 2 && h["self_test"].is_object()
     })
     .await;
+    let checks = detail["self_test"]["checks"].as_array().unwrap();
+    assert!(checks.iter().any(|c| c["name"] == "gpu 1"), "{checks:?}");
+    assert!(checks.iter().all(|c| c["passed"] == true), "{checks:?}");
     assert_eq!(detail["host"]["location"], "Lab 1");
     assert_eq!(detail["gpus"][0]["model"], "NVIDIA H100 80GB HBM3");
     assert_eq!(detail["gpus"][0]["nvlink_peers"].as_array().unwrap().len(), 1);

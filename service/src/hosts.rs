@@ -133,6 +133,8 @@ pub async fn enroll_host(services: &Services, token: &str, hostname: &str) -> Ap
         created_at: Set(now),
         revoked_at: Set(None),
         listed: Set(false),
+        self_test: Set(None),
+        self_test_at: Set(None),
         ..Default::default()
     }
     .insert(&txn)
@@ -257,6 +259,26 @@ async fn set_offline(services: &Services, host_id: i64, reason: &str) -> AppResu
     }
     txn.commit().await.map_err(internal("committing offline transition"))?;
     Ok(changed)
+}
+
+/// Stores the self-test report the host's agent sent.
+pub async fn record_self_test(
+    services: &Services,
+    host: &hosts::Model,
+    report: &cardpool_protocol::SelfTestReport,
+) -> AppResult<()> {
+    if report.checks.len() > 200 {
+        return Err(AppError::invalid_field("checks", "a self-test has at most 200 checks"));
+    }
+    let json = serde_json::to_string(report).map_err(|_| AppError::Internal)?;
+    hosts::Entity::update_many()
+        .col_expr(hosts::Column::SelfTest, Expr::value(json))
+        .col_expr(hosts::Column::SelfTestAt, Expr::value(Utc::now()))
+        .filter(hosts::Column::Id.eq(host.id))
+        .exec(&services.db)
+        .await
+        .map_err(internal("saving self-test"))?;
+    Ok(())
 }
 
 /// Stores what the agent reports: host facts and GPUs. GPUs are matched by UUID; one that
@@ -385,6 +407,8 @@ pub async fn get_host(services: &Services, principal: &Principal, host_id: i64) 
         .await
         .map_err(internal("loading prices"))?;
     Ok(HostDetail {
+        self_test: host.self_test.as_deref().and_then(|r| serde_json::from_str(r).ok()),
+        self_test_at: host.self_test_at,
         prices: prices.iter().map(price_dto).collect(),
         host: summary(&host, &host_gpus),
         gpus: host_gpus

@@ -243,6 +243,32 @@ fn HostDetailView(
                     }.into_any()
                 }}
             </section>
+            <section class="card" aria-labelledby="self-test">
+                <h2 id="self-test" class="text-lg font-semibold text-slate-900">"Self-test"</h2>
+                {match detail.self_test {
+                    None => view! { <p class="mt-2 text-slate-500">"No self-test received yet."</p> }.into_any(),
+                    Some(report) => {
+                        let passed = report.passed();
+                        view! {
+                            <p class="mt-2 text-sm text-slate-600">
+                                <span data-testid="self-test-outcome" class=if passed { "badge bg-emerald-50 text-emerald-700 ring-emerald-200" } else { "badge bg-red-50 text-red-700 ring-red-200" }>
+                                    {if passed { "passed" } else { "failed" }}
+                                </span>
+                                " " {report.source.clone()} " · " {time_or_never(detail.self_test_at)}
+                            </p>
+                            <ul class="mt-3 space-y-1 text-sm">
+                                {report.checks.into_iter().map(|check| view! {
+                                    <li class="flex gap-2">
+                                        <span class=if check.passed { "text-emerald-600" } else { "text-red-600" } aria-hidden="true">{if check.passed { "✓" } else { "✗" }}</span>
+                                        <span class="font-medium text-slate-800">{check.name}</span>
+                                        <span class="text-slate-600">{check.detail}</span>
+                                    </li>
+                                }).collect_view()}
+                            </ul>
+                        }.into_any()
+                    }
+                }}
+            </section>
             <section class="card" aria-labelledby="history">
                 <h2 id="history" class="text-lg font-semibold text-slate-900">"Status history"</h2>
                 <ol class="mt-4 space-y-3">

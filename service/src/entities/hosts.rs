@@ -21,6 +21,9 @@ pub struct Model {
     pub revoked_at: Option<DateTimeUtc>,
     /// Offered on the market (needs a price for every GPU model it has).
     pub listed: bool,
+    /// The latest `cardpool_protocol::SelfTestReport`, as JSON.
+    pub self_test: Option<String>,
+    pub self_test_at: Option<DateTimeUtc>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
