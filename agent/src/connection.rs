@@ -56,16 +56,16 @@ impl Backoff {
     }
 }
 
-/// The WebSocket URL of the gateway for a server base URL.
+/// The WebSocket URL of the gateway for a server base URL: `wss://` for `https://` servers,
+/// `ws://` for `http://` ones (loopback and trusted networks).
 pub fn gateway_url(server: &str) -> Result<String, String> {
     let base = server.trim_end_matches('/');
-    if let Some(rest) = base.strip_prefix("http://") {
+    if let Some(rest) = base.strip_prefix("https://") {
+        Ok(format!("wss://{rest}/agent/v1/connect"))
+    } else if let Some(rest) = base.strip_prefix("http://") {
         Ok(format!("ws://{rest}/agent/v1/connect"))
-    } else if base.starts_with("https://") {
-        Err("https servers are not supported by this agent build yet (no TLS client); use http:// on a trusted network"
-            .into())
     } else {
-        Err(format!("{server:?} is not an http:// URL"))
+        Err(format!("{server:?} is not an http:// or https:// URL"))
     }
 }
 
@@ -261,7 +261,31 @@ mod tests {
     #[test]
     fn gateway_urls() {
         assert_eq!(gateway_url("http://127.0.0.1:3000/").unwrap(), "ws://127.0.0.1:3000/agent/v1/connect");
-        assert!(gateway_url("https://cardpool.example").unwrap_err().contains("TLS"));
+        assert_eq!(gateway_url("https://cardpool.example").unwrap(), "wss://cardpool.example/agent/v1/connect");
         assert!(gateway_url("ftp://x").is_err());
+    }
+
+    /// A TLS handshake against something that is not a TLS server must fail as a retryable
+    /// drop: proves the TLS stack (and its crypto provider) is wired, and never panics.
+    #[tokio::test]
+    async fn wss_to_a_non_tls_peer_is_a_retryable_drop() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                use tokio::io::AsyncWriteExt;
+                let _ = socket.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n").await;
+            }
+        });
+        let state = AgentState { server: format!("https://127.0.0.1:{port}"), host_id: 1, credential: "cph_x".into() };
+        let source = crate::gpu::simulated::SimulatedSource::new("1xL40S-48GB", "t", vec![]).unwrap();
+        let url = gateway_url(&state.server).unwrap();
+        match session(&url, &state, &source, &None, &mut Backoff::new()).await {
+            Ended::Dropped(reason) => assert!(!reason.is_empty()),
+            Ended::Refused(reason) => panic!("a network failure must be retried, got refusal: {reason}"),
+            Ended::Shutdown => unreachable!(),
+        }
+        let enrolled = crate::enrollment::enroll(&state.server, "cpe_x", "t").await.unwrap_err();
+        assert!(enrolled.contains("cannot reach"), "{enrolled}");
     }
 }
