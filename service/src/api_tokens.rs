@@ -125,13 +125,14 @@ pub async fn authenticate(services: &Services, secret: &str) -> AppResult<Princi
     // Recording every use would turn each API read into a write; a minute's precision is enough.
     let now = Utc::now();
     if token.last_used_at.is_none_or(|t| now - t > Duration::minutes(1)) {
-        let token_id = token.id;
-        let mut row = token.into_active_model();
-        row.last_used_at = Set(Some(now));
-        if let Err(err) = row.update(&services.db).await {
-            tracing::warn!(error = %err, token.id = token_id, "could not record token use");
+        let recorded = api_tokens::Entity::update_many()
+            .col_expr(api_tokens::Column::LastUsedAt, sea_orm::sea_query::Expr::value(now))
+            .filter(api_tokens::Column::Id.eq(token.id))
+            .exec(&services.db)
+            .await;
+        if let Err(err) = recorded {
+            tracing::warn!(error = %err, token.id = token.id, "could not record token use");
         }
-        return Ok(Principal::from_user(&user, Credential::ApiToken { token_id }));
     }
     Ok(Principal::from_user(&user, Credential::ApiToken { token_id: token.id }))
 }
