@@ -8,6 +8,10 @@ export PATH="$HOME/.cargo/bin:$PATH"
 
 say() { printf '\033[1;34m==>\033[0m %s\n' "$*"; }
 start=$(date +%s)
+say "disk: $(df -h --output=avail . | tail -1 | tr -d ' ') free"
+
+# A clean clone builds everything once: incremental caches only cost disk there.
+[[ "${CI:-}" == "true" ]] && export CARGO_INCREMENTAL=0
 
 # cargo-leptos debug builds use this flag; using it here too shares one build cache.
 export RUSTFLAGS="--cfg erase_components"

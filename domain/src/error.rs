@@ -36,11 +36,15 @@ pub enum AppError {
     /// The request collides with existing state (a duplicate, a stale edit).
     #[error("{0}")]
     Conflict(String),
-    #[error("insufficient balance: {0}")]
+    /// Not enough money (balance, earnings) or a payment was declined; the message says how much.
+    #[error("{0}")]
     PaymentRequired(String),
     /// Too many attempts; try again after `retry_after_secs`.
     #[error("too many attempts, try again in {retry_after_secs} s")]
     RateLimited { retry_after_secs: u64 },
+    /// A service we depend on (Stripe) is unavailable or refused; safe to retry later.
+    #[error("{0}")]
+    Unavailable(String),
     /// Something failed on our side. Details were logged; none are shown.
     #[error("something went wrong on our side; please try again")]
     Internal,
@@ -89,6 +93,7 @@ impl AppError {
             AppError::Conflict(_) => "conflict",
             AppError::PaymentRequired(_) => "payment_required",
             AppError::RateLimited { .. } => "rate_limited",
+            AppError::Unavailable(_) => "unavailable",
             AppError::Internal => "internal",
         }
     }
@@ -103,6 +108,7 @@ impl AppError {
             AppError::Conflict(_) => 409,
             AppError::PaymentRequired(_) => 402,
             AppError::RateLimited { .. } => 429,
+            AppError::Unavailable(_) => 503,
             AppError::Internal => 500,
         }
     }

@@ -9,5 +9,6 @@ pub mod account;
 pub mod error;
 pub mod host;
 pub mod money;
+pub mod payments;
 
 pub use error::{AppError, FieldErrors};

@@ -11,6 +11,7 @@ mod m20261130_000001_create_accounts;
 mod m20261130_000002_create_hosts;
 mod m20261130_000003_host_pricing;
 mod m20261130_000004_host_self_test;
+mod m20261130_000005_ledger_and_payments;
 
 pub struct Migrator;
 
@@ -22,6 +23,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000002_create_hosts::Migration),
             Box::new(m20261130_000003_host_pricing::Migration),
             Box::new(m20261130_000004_host_self_test::Migration),
+            Box::new(m20261130_000005_ledger_and_payments::Migration),
         ]
     }
 }

@@ -58,6 +58,19 @@ pub struct Config {
     pub heartbeat_interval_secs: u64,
     /// A host silent for this long is marked offline, seconds.
     pub host_offline_grace_secs: u64,
+    /// The platform's cut of usage, basis points (1000 = 10 %).
+    pub platform_fee_bps: u32,
+    /// Provider earnings stay pending this many hours before they can be paid out.
+    pub earnings_hold_hours: u32,
+    /// Stripe secret key (`sk_live_...` / `sk_test_...`). Without one, Cardpool only starts with
+    /// the bundled local test-mode Stripe (`--demo` or `stripe_local = true`).
+    pub stripe_secret_key: Option<Secret>,
+    /// Signing secret of the webhook endpoint (`whsec_...`) pointed at `/stripe/webhook`.
+    pub stripe_webhook_secret: Option<Secret>,
+    /// Stripe API base URL; only for a Stripe-compatible server of your own.
+    pub stripe_api_base: Option<String>,
+    /// Run the bundled local test-mode Stripe when no key is set, outside `--demo` too.
+    pub stripe_local: bool,
 }
 
 impl Default for Config {
@@ -76,6 +89,12 @@ impl Default for Config {
             sign_in_window_secs: 15 * 60,
             heartbeat_interval_secs: 5,
             host_offline_grace_secs: 20,
+            platform_fee_bps: 1000,
+            earnings_hold_hours: 24,
+            stripe_secret_key: None,
+            stripe_webhook_secret: None,
+            stripe_api_base: None,
+            stripe_local: false,
         }
     }
 }
@@ -110,6 +129,25 @@ impl Config {
                 per_account: Limit { max: self.sign_in_failures_per_account, window },
                 per_ip: Limit { max: self.sign_in_attempts_per_ip, window },
             },
+            payments: cardpool_service::PaymentSettings {
+                platform_fee_bps: self.platform_fee_bps.min(10_000),
+                earnings_hold_hours: self.earnings_hold_hours,
+                public_url: self
+                    .public_url
+                    .clone()
+                    .unwrap_or_else(|| format!("http://{}", self.addr))
+                    .trim_end_matches('/')
+                    .to_owned(),
+                stripe: cardpool_service::stripe::StripeSettings {
+                    secret_key: self.stripe_secret_key.as_ref().map(|s| s.expose().to_owned()).unwrap_or_default(),
+                    webhook_secret: self
+                        .stripe_webhook_secret
+                        .as_ref()
+                        .map(|s| s.expose().to_owned())
+                        .unwrap_or_default(),
+                    api_base: self.stripe_api_base.clone(),
+                },
+            },
         }
     }
 }
@@ -120,8 +158,16 @@ mod tests {
 
     #[test]
     fn secrets_do_not_print() {
-        let config = Config { database_url: Secret::new("postgres://u:hunter2@db/x"), ..Config::default() };
-        assert!(!format!("{config:?}").contains("hunter2"));
+        let config = Config {
+            database_url: Secret::new("postgres://u:hunter2@db/x"),
+            stripe_secret_key: Some(Secret::new("sk_live_hunter3")),
+            stripe_webhook_secret: Some(Secret::new("whsec_hunter4")),
+            ..Config::default()
+        };
+        let printed = format!("{config:?} {:?}", config.service_settings());
+        for secret in ["hunter2", "hunter3", "hunter4"] {
+            assert!(!printed.contains(secret), "{secret} printed");
+        }
     }
 
     #[test]

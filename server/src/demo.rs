@@ -87,7 +87,43 @@ pub async fn seed(services: &Services) -> AppResult<bool> {
             accounts::create_admin(services, email, None).await?;
         }
     }
+    seed_money(services).await?;
     Ok(true)
+}
+
+/// Last week's money, so wallets and earnings pages have history: a welcome credit for the
+/// renter and a few finished rentals paid to both providers, all through the real ledger.
+async fn seed_money(services: &Services) -> AppResult<()> {
+    use cardpool_service::ledger::{self, Book, Entry, split_fee};
+    let renter = accounts::principal_for_email(services, "renter@demo.cardpool.dev").await?.user_id;
+    let provider = accounts::principal_for_email(services, "provider@demo.cardpool.dev").await?.user_id;
+    let provider2 = accounts::principal_for_email(services, "provider2@demo.cardpool.dev").await?.user_id;
+    let days_ago = |d: i64| chrono::Utc::now() - chrono::Duration::days(d);
+    let txn = cardpool_service::db::begin_write(&services.db).await.map_err(|_| cardpool_service::AppError::Internal)?;
+    let mut welcome = Entry::new("credit", "demo:welcome", "Welcome credit").transfer(
+        Book::PromotionalCredit,
+        Book::Wallet(renter),
+        500_000_000,
+    );
+    welcome.reason = Some("demo data".into());
+    welcome.at = days_ago(7);
+    ledger::post(&txn, welcome).await?;
+    // (provider, description, GPU-hours × price, days ago)
+    let rentals = [
+        (provider, "On-demand 8× H100 80GB on fra-h100-01, 6 h", 48 * 2_490_000, 6),
+        (provider2, "On-demand 4× A100 80GB on pdx-a100-01, 10 h", 40 * 1_290_000, 5),
+        (provider, "Spot 2× L40S 48GB on fra-l40s-01, 12 h", 24 * 420_000, 3),
+    ];
+    for (i, (to, description, amount, ago)) in rentals.into_iter().enumerate() {
+        let (share, fee) = split_fee(amount, services.settings.payments.platform_fee_bps);
+        let mut entry = Entry::new("usage", format!("demo:rental:{i}"), description)
+            .leg(Book::Wallet(renter), -amount)
+            .leg(Book::Earnings(to), share)
+            .leg(Book::PlatformFees, fee);
+        entry.at = days_ago(ago);
+        ledger::post(&txn, entry).await?;
+    }
+    txn.commit().await.map_err(|_| cardpool_service::AppError::Internal)
 }
 
 /// Prices a new demo host (reserved 20 % off, spot from 40 %) once its agent has reported its

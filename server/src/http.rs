@@ -67,6 +67,7 @@ pub fn router(services: Services, leptos_options: LeptosOptions, options: HttpOp
         .route("/healthz", get(healthz))
         .nest("/api/v1", api::router())
         .route("/agent/v1/connect", get(crate::gateway::connect))
+        .route("/stripe/webhook", axum::routing::post(api::payments::stripe_webhook))
         .leptos_routes(&state, routes, {
             let leptos_options = state.leptos_options.clone();
             move || shell(leptos_options.clone())

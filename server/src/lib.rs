@@ -9,6 +9,7 @@ pub mod config;
 pub mod demo;
 pub mod gateway;
 pub mod http;
+pub mod local_stripe;
 pub mod workers;
 
 pub use config::Config;

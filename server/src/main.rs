@@ -2,7 +2,7 @@
 //! hands over to the library; nothing else lives here.
 
 use anyhow::Context;
-use cardpool_server::{Config, demo, http, workers};
+use cardpool_server::{Config, demo, http, local_stripe, workers};
 use cardpool_service::{Services, accounts, db};
 use clap::{Args, Parser, Subcommand};
 use std::{io::Read, net::SocketAddr, path::PathBuf};
@@ -75,10 +75,14 @@ fn config_with(cli_config: Option<&std::path::Path>, db: &DbArgs) -> anyhow::Res
 }
 
 async fn services(config: &Config) -> anyhow::Result<Services> {
+    services_with(config, config.service_settings()).await
+}
+
+async fn services_with(config: &Config, settings: cardpool_service::Settings) -> anyhow::Result<Services> {
     let conn = db::connect_and_migrate(config.database_url.expose())
         .await
         .context("opening the database (check --database-url / DATABASE_URL)")?;
-    Services::new(conn, config.service_settings()).await.map_err(|e| anyhow::anyhow!("{e}"))
+    Services::new(conn, settings).await.map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 #[tokio::main]
@@ -135,7 +139,37 @@ async fn serve(config_file: Option<&std::path::Path>, args: ServeArgs) -> anyhow
         config.site_root = site_root;
     }
     tracing::info!(?config, "starting");
-    let services = services(&config).await?;
+    let listener =
+        tokio::net::TcpListener::bind(config.addr).await.with_context(|| format!("binding {}", config.addr))?;
+    let local = listener.local_addr().unwrap_or(config.addr);
+    // What this process dials to reach itself (demo agents, local Stripe's webhooks).
+    let dial = if local.ip().is_unspecified() {
+        format!("http://127.0.0.1:{}", local.port())
+    } else {
+        format!("http://{local}")
+    };
+    let url = config.public_url.clone().unwrap_or_else(|| format!("http://{local}"));
+    let mut settings = config.service_settings();
+    settings.payments.public_url = url.trim_end_matches('/').to_owned();
+    let _local_stripe = match (&config.stripe_secret_key, &config.stripe_webhook_secret) {
+        (Some(_), Some(_)) => None,
+        (Some(_), None) => anyhow::bail!(
+            "a Stripe secret key is set but no webhook signing secret: set CARDPOOL_STRIPE_WEBHOOK_SECRET"
+        ),
+        (None, _) if args.demo || config.stripe_local => {
+            let (running, stripe) = local_stripe::start(&dial, std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
+                .await
+                .context("starting the local test-mode Stripe")?;
+            eprintln!("Payments use the local test-mode Stripe at {} (no real money moves).", running.url);
+            settings.payments.stripe = stripe;
+            Some(running)
+        }
+        (None, _) => anyhow::bail!(
+            "no Stripe keys configured: set CARDPOOL_STRIPE_SECRET_KEY and CARDPOOL_STRIPE_WEBHOOK_SECRET, \
+             or run with --demo (or CARDPOOL_STRIPE_LOCAL=true) to use the local test-mode Stripe"
+        ),
+    };
+    let services = services_with(&config, settings).await?;
     if args.demo && demo::seed(&services).await.map_err(|e| anyhow::anyhow!("{e}"))? {
         tracing::info!("seeded demo accounts");
         eprintln!("\nDemo accounts (password: {}):", demo::DEMO_PASSWORD);
@@ -147,16 +181,7 @@ async fn serve(config_file: Option<&std::path::Path>, args: ServeArgs) -> anyhow
     workers::spawn(&services, std::time::Duration::from_secs(config.host_offline_grace_secs));
 
     let app = http::router(services.clone(), http::leptos_options(&config), http::HttpOptions::from_config(&config));
-    let listener =
-        tokio::net::TcpListener::bind(config.addr).await.with_context(|| format!("binding {}", config.addr))?;
-    let local = listener.local_addr().unwrap_or(config.addr);
-    let url = config.public_url.clone().unwrap_or_else(|| format!("http://{local}"));
     if args.demo {
-        let dial = if local.ip().is_unspecified() {
-            format!("http://127.0.0.1:{}", local.port())
-        } else {
-            format!("http://{local}")
-        };
         demo::start_agents(&services, &dial, std::path::Path::new(".cardpool/demo-agents"))
             .await
             .map_err(|e| anyhow::anyhow!("starting demo agents: {e}"))?;

@@ -1,10 +1,11 @@
 //! Background work the server runs beside the HTTP stack.
 
-use cardpool_service::{Services, hosts, session_store::DbSessionStore};
+use cardpool_service::{Services, hosts, payouts, session_store::DbSessionStore};
 use std::time::Duration;
 use tower_sessions::ExpiredDeletion;
 
-/// Starts the background workers: the host liveness reaper and expired-session cleanup.
+/// Starts the background workers: the host liveness reaper, expired-session cleanup and the
+/// retry of payouts Stripe has not confirmed.
 pub fn spawn(services: &Services, offline_grace: Duration) {
     let reaper = services.clone();
     tokio::spawn(async move {
@@ -26,6 +27,19 @@ pub fn spawn(services: &Services, offline_grace: Duration) {
             every.tick().await;
             if let Err(err) = store.delete_expired().await {
                 tracing::warn!(error = %err, "expired-session cleanup failed; will retry");
+            }
+        }
+    });
+
+    let payouts = services.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(60));
+        loop {
+            every.tick().await;
+            match payouts::retry_pending_payouts(&payouts, Duration::from_secs(30)).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(settled = n, "pending payouts settled"),
+                Err(err) => tracing::warn!(error = %err, "payout retry failed; will retry"),
             }
         }
     });

@@ -43,7 +43,7 @@ fn digest(secret: &str) -> String {
     hex::encode(Sha256::digest(secret.as_bytes()))
 }
 
-fn require_provider(principal: &Principal) -> AppResult<()> {
+pub(crate) fn require_provider(principal: &Principal) -> AppResult<()> {
     if principal.roles.provider {
         Ok(())
     } else {

@@ -12,9 +12,13 @@ pub mod auth;
 pub mod db;
 pub mod entities;
 pub mod hosts;
+pub mod ledger;
 pub mod passwords;
+pub mod payments;
+pub mod payouts;
 pub mod rate_limit;
 pub mod session_store;
+pub mod stripe;
 #[cfg(feature = "test-support")]
 pub mod testing;
 
@@ -30,6 +34,30 @@ pub type AppResult<T> = Result<T, AppError>;
 pub struct Settings {
     pub session: auth::SessionPolicy,
     pub sign_in_limits: rate_limit::SignInLimits,
+    pub payments: PaymentSettings,
+}
+
+/// Money tunables.
+#[derive(Debug, Clone)]
+pub struct PaymentSettings {
+    /// The platform's cut of usage, in basis points (1000 = 10 %).
+    pub platform_fee_bps: u32,
+    /// Earnings stay pending this long before they can be paid out.
+    pub earnings_hold_hours: u32,
+    /// Where Stripe sends people back to (Checkout, Connect onboarding), without trailing slash.
+    pub public_url: String,
+    pub stripe: stripe::StripeSettings,
+}
+
+impl Default for PaymentSettings {
+    fn default() -> Self {
+        PaymentSettings {
+            platform_fee_bps: 1000,
+            earnings_hold_hours: 24,
+            public_url: "http://127.0.0.1:3000".into(),
+            stripe: stripe::StripeSettings::default(),
+        }
+    }
 }
 
 /// Everything a service function may need, shared by all adapters and cheap to clone.
@@ -39,13 +67,16 @@ pub struct Services {
     pub passwords: Arc<passwords::PasswordHasher>,
     pub sign_in_limiter: Arc<rate_limit::SignInLimiter>,
     pub settings: Arc<Settings>,
+    pub stripe: Arc<stripe::StripeGateway>,
 }
 
 impl Services {
     /// Builds the services over an already migrated database.
     pub async fn new(db: DatabaseConnection, settings: Settings) -> AppResult<Self> {
         let passwords = passwords::PasswordHasher::new().await?;
+        let stripe = stripe::StripeGateway::new(&settings.payments.stripe)?;
         Ok(Services {
+            stripe: Arc::new(stripe),
             db,
             passwords: Arc::new(passwords),
             sign_in_limiter: Arc::new(rate_limit::SignInLimiter::new(settings.sign_in_limits)),

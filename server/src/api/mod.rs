@@ -7,6 +7,7 @@
 mod accounts;
 mod api_tokens;
 mod hosts;
+pub(crate) mod payments;
 
 use axum::{
     Json, Router,
@@ -47,6 +48,17 @@ pub fn router() -> Router<AppState> {
         .route("/hosts/{id}/revoke", post(hosts::revoke_host))
         .route("/hosts/{id}/pricing", put(hosts::update_host_pricing))
         .route("/hosts/{id}/listing", put(hosts::set_host_listed))
+        .route("/wallet", get(payments::get_wallet))
+        .route("/wallet/top-ups", post(payments::create_top_up))
+        .route("/wallet/top-ups/{id}", get(payments::get_top_up))
+        .route("/wallet/transactions", get(payments::list_transactions))
+        .route("/wallet/transactions.csv", get(payments::export_transactions))
+        .route("/wallet/transactions/{id}/receipt", get(payments::get_receipt))
+        .route("/earnings", get(payments::get_earnings))
+        .route("/earnings/entries", get(payments::list_earnings_entries))
+        .route("/earnings/onboarding-link", post(payments::create_onboarding_link))
+        .route("/payouts", post(payments::request_payout))
+        .route("/admin/credits", get(payments::list_admin_credits).post(payments::admin_credit))
         .fallback(|| async { ApiError(AppError::not_found("API route")) })
 }
 
@@ -72,10 +84,22 @@ pub fn router() -> Router<AppState> {
         hosts::revoke_host,
         hosts::update_host_pricing,
         hosts::set_host_listed,
+        payments::get_wallet,
+        payments::create_top_up,
+        payments::get_top_up,
+        payments::list_transactions,
+        payments::export_transactions,
+        payments::get_receipt,
+        payments::get_earnings,
+        payments::list_earnings_entries,
+        payments::create_onboarding_link,
+        payments::request_payout,
+        payments::admin_credit,
+        payments::list_admin_credits,
     ),
     components(schemas(ErrorBody)),
     modifiers(&SecuritySchemes),
-    tags((name = "accounts", description = "Sign-up, sign-in and profile"), (name = "tokens", description = "Personal API tokens"), (name = "hosts", description = "Provider hosts and their agents"))
+    tags((name = "accounts", description = "Sign-up, sign-in and profile"), (name = "tokens", description = "Personal API tokens"), (name = "hosts", description = "Provider hosts and their agents"), (name = "payments", description = "Wallet, top-ups, earnings, payouts and admin credits"))
 )]
 pub struct ApiDoc;
 

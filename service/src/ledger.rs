@@ -1,0 +1,431 @@
+//! The double-entry ledger: the only place money moves.
+//!
+//! Every movement is one [`Entry`] whose legs sum to zero, posted inside the caller's database
+//! transaction so it commits or vanishes together with the state change it pays for (a credited
+//! top-up, a settled rental minute). Balances are derived from postings; the cached
+//! `balance_micros` on each account is updated in the same statement that guards it, and
+//! [`verify`] proves the two agree. Nothing is ever updated or deleted: a correction is a new
+//! entry. Each entry carries a unique `reference` naming the business event it books
+//! (`top_up:17`, `payout:4`), so no event can be booked twice, whatever retries happen.
+//!
+//! Sign convention: a positive amount raises the account's balance. Accounts that belong to
+//! people (wallet, held, earnings) can never go below zero; the platform's own accounts (Stripe
+//! clearing, fees, promotional credit) are counterweights and may.
+
+use crate::{AppError, AppResult, entities::*, internal};
+use cardpool_domain::{money::format_dollars, payments::LedgerEntry};
+use chrono::{DateTime, Utc};
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, sea_query::{Expr, ExprTrait},
+    sea_query::OnConflict,
+};
+use std::collections::HashMap;
+
+/// One account of the ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Book {
+    /// A renter's spendable money.
+    Wallet(i64),
+    /// A renter's money held for prepaid reservations.
+    Held(i64),
+    /// A provider's earnings not yet paid out.
+    Earnings(i64),
+    /// The platform's cut of usage.
+    PlatformFees,
+    /// Money that is in (positive) or came through (negative) Stripe.
+    StripeClearing,
+    /// Source of promotional and goodwill credit.
+    PromotionalCredit,
+}
+
+impl Book {
+    pub fn kind(self) -> &'static str {
+        match self {
+            Book::Wallet(_) => "wallet",
+            Book::Held(_) => "held",
+            Book::Earnings(_) => "earnings",
+            Book::PlatformFees => "platform_fees",
+            Book::StripeClearing => "stripe_clearing",
+            Book::PromotionalCredit => "promotional_credit",
+        }
+    }
+
+    pub fn user_id(self) -> Option<i64> {
+        match self {
+            Book::Wallet(id) | Book::Held(id) | Book::Earnings(id) => Some(id),
+            _ => None,
+        }
+    }
+
+    /// Unique name of the account row, e.g. `wallet:12`.
+    pub fn code(self) -> String {
+        match self.user_id() {
+            Some(id) => format!("{}:{id}", self.kind()),
+            None => self.kind().to_owned(),
+        }
+    }
+
+    /// People's accounts never go below zero.
+    fn must_stay_non_negative(self) -> bool {
+        self.user_id().is_some()
+    }
+}
+
+/// A balanced movement of money, ready to post.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// `top_up`, `usage`, `credit`, `refund`, `hold`, `release`, `capture`, `payout`, ...
+    pub kind: &'static str,
+    /// Names the business event; unique across the ledger.
+    pub reference: String,
+    pub description: String,
+    /// Who did it, when a person did (admin adjustments).
+    pub actor_user_id: Option<i64>,
+    pub reason: Option<String>,
+    pub legs: Vec<(Book, i64)>,
+    pub at: DateTime<Utc>,
+}
+
+impl Entry {
+    pub fn new(kind: &'static str, reference: impl Into<String>, description: impl Into<String>) -> Self {
+        Entry {
+            kind,
+            reference: reference.into(),
+            description: description.into(),
+            actor_user_id: None,
+            reason: None,
+            legs: Vec::new(),
+            at: Utc::now(),
+        }
+    }
+
+    /// Moves `amount` from one account to another.
+    pub fn transfer(mut self, from: Book, to: Book, amount: i64) -> Self {
+        self.legs.push((from, -amount));
+        self.legs.push((to, amount));
+        self
+    }
+
+    pub fn leg(mut self, book: Book, amount: i64) -> Self {
+        self.legs.push((book, amount));
+        self
+    }
+}
+
+/// The platform's cut of `amount` at `fee_bps` basis points, rounded down, and the rest.
+/// Returns `(provider_share, fee)`; they always add up to `amount`.
+pub fn split_fee(amount: i64, fee_bps: u32) -> (i64, i64) {
+    let fee = i64::try_from(i128::from(amount) * i128::from(Ord::min(fee_bps, 10_000)) / 10_000).unwrap_or(0);
+    (amount - fee, fee)
+}
+
+/// Posts `entry` inside `conn` (a transaction the caller commits). Fails with `PaymentRequired`
+/// naming the shortfall if a person's account would go negative, with `Conflict` if the
+/// reference was booked already; in both cases the caller's transaction must be dropped.
+pub async fn post(conn: &impl ConnectionTrait, entry: Entry) -> AppResult<i64> {
+    check_balanced(&entry)?;
+    if ledger_transactions::Entity::find()
+        .filter(ledger_transactions::Column::Reference.eq(&entry.reference))
+        .one(conn)
+        .await
+        .map_err(internal("checking ledger reference"))?
+        .is_some()
+    {
+        return Err(AppError::conflict(format!("{} was already recorded", entry.reference)));
+    }
+
+    // Merge legs per account and lock accounts in one global order (their code), so two
+    // concurrent entries never wait on each other crosswise.
+    let mut per_book: Vec<(Book, i64)> = Vec::new();
+    for (book, amount) in &entry.legs {
+        match per_book.iter_mut().find(|(b, _)| b == book) {
+            Some((_, total)) => *total += amount,
+            None => per_book.push((*book, *amount)),
+        }
+    }
+    per_book.retain(|(_, amount)| *amount != 0);
+    per_book.sort_by_key(|(book, _)| book.code());
+
+    let tx = ledger_transactions::Entity::insert(ledger_transactions::ActiveModel {
+        kind: Set(entry.kind.to_owned()),
+        reference: Set(entry.reference.clone()),
+        description: Set(entry.description.clone()),
+        actor_user_id: Set(entry.actor_user_id),
+        reason: Set(entry.reason.clone()),
+        created_at: Set(entry.at),
+        ..Default::default()
+    })
+    .exec(conn)
+    .await
+    .map_err(|err| {
+        if matches!(err.sql_err(), Some(sea_orm::SqlErr::UniqueConstraintViolation(_))) {
+            AppError::conflict(format!("{} was already recorded", entry.reference))
+        } else {
+            internal("inserting ledger transaction")(err)
+        }
+    })?
+    .last_insert_id;
+
+    for (book, amount) in per_book {
+        let account_id = account_id(conn, book).await?;
+        let mut update = ledger_accounts::Entity::update_many()
+            .col_expr(
+                ledger_accounts::Column::BalanceMicros,
+                Expr::col(ledger_accounts::Column::BalanceMicros).add(amount),
+            )
+            .filter(ledger_accounts::Column::Id.eq(account_id));
+        if book.must_stay_non_negative() && amount < 0 {
+            update = update.filter(ledger_accounts::Column::BalanceMicros.gte(-amount));
+        }
+        let updated = update.exec(conn).await.map_err(internal("updating ledger balance"))?;
+        if updated.rows_affected == 0 {
+            let balance = balance(conn, book).await?;
+            return Err(AppError::PaymentRequired(format!(
+                "insufficient {}: ${} needed, ${} available (short by ${})",
+                match book {
+                    Book::Earnings(_) => "earnings",
+                    Book::Held(_) => "held funds",
+                    _ => "balance",
+                },
+                format_dollars(-amount),
+                format_dollars(balance),
+                format_dollars(-amount - balance)
+            )));
+        }
+    }
+    for (book, amount) in &entry.legs {
+        if *amount == 0 {
+            continue;
+        }
+        let account_id = account_id(conn, *book).await?;
+        ledger_postings::Entity::insert(ledger_postings::ActiveModel {
+            transaction_id: Set(tx),
+            ledger_account_id: Set(account_id),
+            amount_micros: Set(*amount),
+            ..Default::default()
+        })
+        .exec_without_returning(conn)
+        .await
+        .map_err(internal("inserting ledger posting"))?;
+    }
+    Ok(tx)
+}
+
+fn check_balanced(entry: &Entry) -> AppResult<()> {
+    let sum = entry.legs.iter().try_fold(0i64, |acc, (_, amount)| acc.checked_add(*amount));
+    let ok = !entry.legs.is_empty() && sum == Some(0) && entry.legs.iter().any(|(_, amount)| *amount != 0);
+    if ok {
+        Ok(())
+    } else {
+        tracing::error!(reference = %entry.reference, legs = ?entry.legs, "refusing an unbalanced ledger entry");
+        Err(AppError::Internal)
+    }
+}
+
+/// The row id of `book`'s account, created on first use.
+async fn account_id(conn: &impl ConnectionTrait, book: Book) -> AppResult<i64> {
+    let code = book.code();
+    if let Some(id) = find_account(conn, &code).await? {
+        return Ok(id);
+    }
+    ledger_accounts::Entity::insert(ledger_accounts::ActiveModel {
+        code: Set(code.clone()),
+        kind: Set(book.kind().to_owned()),
+        user_id: Set(book.user_id()),
+        balance_micros: Set(0),
+        created_at: Set(Utc::now()),
+        ..Default::default()
+    })
+    .on_conflict(OnConflict::column(ledger_accounts::Column::Code).do_nothing().to_owned())
+    .exec_without_returning(conn)
+    .await
+    .map_err(internal("creating ledger account"))?;
+    find_account(conn, &code).await?.ok_or(AppError::Internal)
+}
+
+async fn find_account(conn: &impl ConnectionTrait, code: &str) -> AppResult<Option<i64>> {
+    Ok(ledger_accounts::Entity::find()
+        .filter(ledger_accounts::Column::Code.eq(code))
+        .one(conn)
+        .await
+        .map_err(internal("loading ledger account"))?
+        .map(|a| a.id))
+}
+
+/// Current balance of `book` (zero for an account never used).
+pub async fn balance(conn: &impl ConnectionTrait, book: Book) -> AppResult<i64> {
+    Ok(ledger_accounts::Entity::find()
+        .filter(ledger_accounts::Column::Code.eq(book.code()))
+        .one(conn)
+        .await
+        .map_err(internal("loading ledger balance"))?
+        .map_or(0, |a| a.balance_micros))
+}
+
+/// Every entry that touched `book`, oldest first, with the balance after each.
+pub async fn history(conn: &impl ConnectionTrait, book: Book) -> AppResult<Vec<LedgerEntry>> {
+    let Some(account_id) = find_account(conn, &book.code()).await? else {
+        return Ok(Vec::new());
+    };
+    let postings = ledger_postings::Entity::find()
+        .filter(ledger_postings::Column::LedgerAccountId.eq(account_id))
+        .order_by_asc(ledger_postings::Column::Id)
+        .all(conn)
+        .await
+        .map_err(internal("loading postings"))?;
+    let tx_ids: Vec<i64> = postings.iter().map(|p| p.transaction_id).collect();
+    let mut transactions: HashMap<i64, ledger_transactions::Model> = HashMap::new();
+    for chunk in tx_ids.chunks(500) {
+        for tx in ledger_transactions::Entity::find()
+            .filter(ledger_transactions::Column::Id.is_in(chunk.to_vec()))
+            .all(conn)
+            .await
+            .map_err(internal("loading ledger transactions"))?
+        {
+            transactions.insert(tx.id, tx);
+        }
+    }
+    let mut running = 0i64;
+    Ok(postings
+        .into_iter()
+        .filter_map(|p| {
+            let tx = transactions.get(&p.transaction_id)?;
+            running += p.amount_micros;
+            Some(LedgerEntry {
+                transaction_id: tx.id,
+                kind: tx.kind.clone(),
+                description: tx.description.clone(),
+                amount_micros: p.amount_micros,
+                balance_after_micros: running,
+                created_at: tx.created_at,
+            })
+        })
+        .collect())
+}
+
+/// Sum of the positive postings to `book` made at or after `since` (recent credits).
+pub async fn credits_since(conn: &impl ConnectionTrait, book: Book, since: DateTime<Utc>) -> AppResult<i64> {
+    let entries = history(conn, book).await?;
+    Ok(entries.iter().filter(|e| e.created_at >= since && e.amount_micros > 0).map(|e| e.amount_micros).sum())
+}
+
+/// What [`verify`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LedgerCheck {
+    pub transactions: u64,
+    pub accounts: u64,
+    /// Transactions whose postings do not sum to zero.
+    pub unbalanced_transactions: Vec<i64>,
+    /// Accounts whose cached balance differs from the sum of their postings.
+    pub drifted_accounts: Vec<String>,
+    /// People's accounts below zero.
+    pub negative_accounts: Vec<String>,
+    /// Sum of every balance; zero when money is conserved.
+    pub total_micros: i64,
+}
+
+impl LedgerCheck {
+    pub fn is_sound(&self) -> bool {
+        self.unbalanced_transactions.is_empty()
+            && self.drifted_accounts.is_empty()
+            && self.negative_accounts.is_empty()
+            && self.total_micros == 0
+    }
+}
+
+/// Checks the ledger's invariants from the postings up (reads every posting: a maintenance
+/// check and a test oracle, not something to run per request).
+pub async fn verify(conn: &impl ConnectionTrait) -> AppResult<LedgerCheck> {
+    let postings = ledger_postings::Entity::find().all(conn).await.map_err(internal("loading postings"))?;
+    let mut per_tx: HashMap<i64, i64> = HashMap::new();
+    let mut per_account: HashMap<i64, i64> = HashMap::new();
+    for p in &postings {
+        *per_tx.entry(p.transaction_id).or_default() += p.amount_micros;
+        *per_account.entry(p.ledger_account_id).or_default() += p.amount_micros;
+    }
+    let accounts = ledger_accounts::Entity::find().all(conn).await.map_err(internal("loading ledger accounts"))?;
+    let transactions =
+        ledger_transactions::Entity::find().count(conn).await.map_err(internal("counting ledger transactions"))?;
+    let mut unbalanced: Vec<i64> = per_tx.iter().filter(|(_, total)| **total != 0).map(|(id, _)| *id).collect();
+    unbalanced.sort_unstable();
+    let mut check = LedgerCheck {
+        transactions,
+        accounts: accounts.len() as u64,
+        unbalanced_transactions: unbalanced,
+        ..Default::default()
+    };
+    for account in &accounts {
+        let derived = per_account.get(&account.id).copied().unwrap_or(0);
+        if derived != account.balance_micros {
+            check.drifted_accounts.push(account.code.clone());
+        }
+        if account.user_id.is_some() && derived < 0 {
+            check.negative_accounts.push(account.code.clone());
+        }
+        check.total_micros += derived;
+    }
+    Ok(check)
+}
+
+/// Charges `amount` of usage to a renter's wallet and credits the provider, less the platform
+/// fee of `fee_bps` basis points. `PaymentRequired` (with the shortfall) if the wallet is short.
+pub async fn charge_usage(
+    conn: &impl ConnectionTrait,
+    renter: i64,
+    provider: i64,
+    amount: i64,
+    fee_bps: u32,
+    reference: String,
+    description: String,
+) -> AppResult<i64> {
+    let (share, fee) = split_fee(amount, fee_bps);
+    let entry = Entry::new("usage", reference, description)
+        .leg(Book::Wallet(renter), -amount)
+        .leg(Book::Earnings(provider), share)
+        .leg(Book::PlatformFees, fee);
+    post(conn, entry).await
+}
+
+/// Moves `amount` of a renter's wallet into held funds (a prepaid reservation).
+pub async fn hold(conn: &impl ConnectionTrait, renter: i64, amount: i64, reference: String, description: String) -> AppResult<i64> {
+    post(conn, Entry::new("hold", reference, description).transfer(Book::Wallet(renter), Book::Held(renter), amount)).await
+}
+
+/// Gives held funds back to the renter's wallet (a cancelled or unused reservation).
+pub async fn release(conn: &impl ConnectionTrait, renter: i64, amount: i64, reference: String, description: String) -> AppResult<i64> {
+    post(conn, Entry::new("release", reference, description).transfer(Book::Held(renter), Book::Wallet(renter), amount)).await
+}
+
+/// Pays the provider from held funds (a reservation that was delivered), less the fee.
+pub async fn capture(
+    conn: &impl ConnectionTrait,
+    renter: i64,
+    provider: i64,
+    amount: i64,
+    fee_bps: u32,
+    reference: String,
+    description: String,
+) -> AppResult<i64> {
+    let (share, fee) = split_fee(amount, fee_bps);
+    let entry = Entry::new("capture", reference, description)
+        .leg(Book::Held(renter), -amount)
+        .leg(Book::Earnings(provider), share)
+        .leg(Book::PlatformFees, fee);
+    post(conn, entry).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn fee_split_adds_up(amount in 0i64..1_000_000_000_000, bps in 0u32..=10_000) {
+            let (share, fee) = split_fee(amount, bps);
+            prop_assert_eq!(share + fee, amount);
+            prop_assert!(fee >= 0 && share >= 0);
+            prop_assert!(i128::from(fee) * 10_000 <= i128::from(amount) * i128::from(bps));
+        }
+    }
+}
