@@ -17,6 +17,10 @@ pub const PASSWORD: &str = "correct horse battery";
 pub struct TestApp {
     pub base: String,
     pub services: Services,
+    /// The local test-mode Stripe this app talks to.
+    pub stripe: cardpool_stripe_local::LocalStripe,
+    pub stripe_url: String,
+    pub webhook_secret: String,
     _db: TestDb,
 }
 
@@ -39,16 +43,32 @@ impl TestApp {
     }
 
     pub async fn spawn_configured(backend: Backend, settings: Settings, config: Config) -> Self {
-        let (db, services) = testing::services(backend, settings).await;
+        Self::spawn_full(backend, settings, config, true).await
+    }
+
+    /// `deliver_webhooks: false` leaves Stripe's events in its log for the test to deliver
+    /// (in whatever order, as often as it likes).
+    pub async fn spawn_full(backend: Backend, mut settings: Settings, config: Config, deliver_webhooks: bool) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let base = format!("http://{addr}");
+        let (running, stripe) = cardpool_server::local_stripe::start_with(
+            deliver_webhooks.then(|| base.clone()).as_deref(),
+            "127.0.0.1:0".parse().unwrap(),
+        )
+        .await
+        .unwrap();
+        let webhook_secret = stripe.webhook_secret.clone();
+        settings.payments.stripe = stripe;
+        settings.payments.public_url = base.clone();
+        let (db, services) = testing::services(backend, settings).await;
         let config = Config { addr, ..config };
         let app =
             http::router(services.clone(), http::leptos_options(&config), http::HttpOptions::from_config(&config));
         tokio::spawn(async move {
             axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await.unwrap();
         });
-        TestApp { base: format!("http://{addr}"), services, _db: db }
+        TestApp { base, services, stripe: running.stripe, stripe_url: running.url, webhook_secret, _db: db }
     }
 
     pub fn url(&self, path: &str) -> String {
