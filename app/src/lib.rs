@@ -21,13 +21,15 @@ use leptos_router::{
 };
 use pages::{
     account::AccountPage,
-    admin::AdminUsersPage,
+    admin::{AdminCreditsPage, AdminUsersPage},
     api_tokens::ApiTokensPage,
+    earnings::EarningsPage,
     home::HomePage,
     hosts::{HostPage, HostsPage},
     not_found::NotFoundPage,
     sign_in::SignInPage,
     sign_up::SignUpPage,
+    wallet::{ReceiptPage, WalletPage},
 };
 
 /// The HTML document around the app, rendered on the server only.
@@ -71,6 +73,10 @@ pub fn App() -> impl IntoView {
                         <Route path=path!("/account") view=AccountPage />
                         <Route path=path!("/account/tokens") view=ApiTokensPage />
                         <Route path=path!("/admin/users") view=AdminUsersPage />
+                        <Route path=path!("/admin/credits") view=AdminCreditsPage />
+                        <Route path=path!("/wallet") view=WalletPage />
+                        <Route path=path!("/wallet/receipts/:id") view=ReceiptPage />
+                        <Route path=path!("/provider/earnings") view=EarningsPage />
                         <Route path=path!("/provider/hosts") view=HostsPage />
                         <Route path=path!("/provider/hosts/:id") view=HostPage />
                     </Routes>

@@ -52,9 +52,11 @@ fn SignedInNav(email: String, provider: bool, admin: bool) -> impl IntoView {
     });
     view! {
         <div class="flex flex-wrap items-center gap-1 sm:gap-2">
+            <A href="/wallet" attr:class="nav-link">"Wallet"</A>
+            {provider.then(|| view! { <A href="/provider/hosts" attr:class="nav-link">"Hosts"</A> })}
+            {provider.then(|| view! { <A href="/provider/earnings" attr:class="nav-link">"Earnings"</A> })}
             <A href="/account" attr:class="nav-link">"Account"</A>
             <A href="/account/tokens" attr:class="nav-link">"API tokens"</A>
-            {provider.then(|| view! { <A href="/provider/hosts" attr:class="nav-link">"Hosts"</A> })}
             {admin.then(|| view! { <A href="/admin/users" attr:class="nav-link">"Admin"</A> })}
             <span class="hidden items-center gap-2 px-2 text-sm text-slate-500 md:flex" data-testid="nav-email">
                 {email}

@@ -2,4 +2,5 @@
 
 pub mod form;
 pub mod layout;
+pub mod money;
 pub mod session;

@@ -1,29 +1,142 @@
-//! Admin: every account, and promoting one to admin.
+//! Admin: every account, promoting one to admin, and wallet credits and refunds with their
+//! audit trail.
 
 use crate::{
-    components::session::RequireSignIn,
-    server_fns::accounts::{GrantAdmin, list_users},
+    components::{
+        form::{Field, FormAlert, SubmitButton, field_error, form_error},
+        money::dollars,
+        session::RequireSignIn,
+    },
+    server_fns::{
+        accounts::{GrantAdmin, list_users},
+        payments::{AdminCredit, list_admin_credits},
+    },
 };
 use cardpool_domain::account::{Me, UserSummary};
 use leptos::prelude::*;
 use leptos_meta::Title;
 
+/// Shows `page` to admins and a refusal to everyone else.
+fn admins_only(me: Me, page: impl IntoView + 'static) -> AnyView {
+    if me.roles.admin {
+        view! { <AdminTabs />{page} }.into_any()
+    } else {
+        view! {
+            <div class="card mx-auto max-w-md text-center" role="alert">
+                <h1 class="text-xl font-semibold text-slate-900">"Admins only"</h1>
+                <p class="mt-2 text-slate-600">"Your account does not have access to this page."</p>
+            </div>
+        }
+        .into_any()
+    }
+}
+
+#[component]
+fn AdminTabs() -> impl IntoView {
+    view! {
+        <nav aria-label="Admin" class="mb-6 flex gap-2 border-b border-slate-200 pb-3">
+            <leptos_router::components::A href="/admin/users" attr:class="nav-link">"Users"</leptos_router::components::A>
+            <leptos_router::components::A href="/admin/credits" attr:class="nav-link">"Credits & refunds"</leptos_router::components::A>
+        </nav>
+    }
+}
+
 #[component]
 pub fn AdminUsersPage() -> impl IntoView {
     view! {
         <Title text="Users · Admin" />
-        <RequireSignIn children=|me: Me| {
-            if me.roles.admin {
-                view! { <AdminUsers /> }.into_any()
-            } else {
-                view! {
-                    <div class="card mx-auto max-w-md text-center" role="alert">
-                        <h1 class="text-xl font-semibold text-slate-900">"Admins only"</h1>
-                        <p class="mt-2 text-slate-600">"Your account does not have access to this page."</p>
-                    </div>
-                }.into_any()
-            }
-        } />
+        <RequireSignIn children=|me: Me| admins_only(me, view! { <AdminUsers /> }) />
+    }
+}
+
+#[component]
+pub fn AdminCreditsPage() -> impl IntoView {
+    view! {
+        <Title text="Credits · Admin" />
+        <RequireSignIn children=|me: Me| admins_only(me, view! { <AdminCredits /> }) />
+    }
+}
+
+#[component]
+fn AdminCredits() -> impl IntoView {
+    let credit = ServerAction::<AdminCredit>::new();
+    let value = credit.value();
+    let audit = Resource::new(move || credit.version().get(), |_| list_admin_credits());
+    let reason_error = field_error(value, "reason");
+    let kind_error = field_error(value, "kind");
+    view! {
+        <h1 class="text-2xl font-bold text-slate-900">"Credits & refunds"</h1>
+        <p class="mt-1 text-slate-600">"Add money to a renter's wallet. Every adjustment is recorded in the ledger with your account and the reason."</p>
+        <section class="card mt-6" aria-labelledby="new-adjustment">
+            <h2 id="new-adjustment" class="text-lg font-semibold text-slate-900">"New adjustment"</h2>
+            <ActionForm action=credit attr:class="mt-4 grid gap-4 sm:grid-cols-2" attr:novalidate=true>
+                <Field label="Account email" name="email" input_type="email" error=field_error(value, "email") />
+                <Field label="Amount (USD)" name="amount" hint="e.g. 10 or 2.50" error=field_error(value, "amount") />
+                <div class="space-y-1">
+                    <label for="field-kind" class="block text-sm font-medium text-slate-800">"Kind"</label>
+                    <select id="field-kind" name="kind" aria-describedby="field-kind-hint" class="block w-full rounded-lg border-0 px-3 py-2 text-slate-900 shadow-sm ring-1 ring-inset ring-slate-300 focus:ring-2 focus:ring-indigo-600">
+                        <option value="credit">"Credit (promotional, goodwill)"</option>
+                        <option value="refund">"Refund (paid from platform fees)"</option>
+                    </select>
+                    <p id="field-kind-hint" class="text-xs text-slate-500">"Decides which platform account pays for it."</p>
+                    <p class="text-sm text-red-700">{move || kind_error.get()}</p>
+                </div>
+                <div class="space-y-1 sm:col-span-2">
+                    <label for="field-reason" class="block text-sm font-medium text-slate-800">"Reason (required, kept for audit)"</label>
+                    <textarea id="field-reason" name="reason" rows="2"
+                        aria-invalid=move || if reason_error.get().is_some() { "true" } else { "false" }
+                        aria-describedby="field-reason-error"
+                        class="block w-full rounded-lg border-0 px-3 py-2 text-slate-900 shadow-sm ring-1 ring-inset ring-slate-300 focus:ring-2 focus:ring-indigo-600 aria-[invalid=true]:ring-red-500"></textarea>
+                    <p id="field-reason-error" class="text-sm text-red-700">{move || reason_error.get()}</p>
+                </div>
+                <div class="sm:col-span-2 sm:w-56"><SubmitButton label="Apply adjustment" pending=credit.pending() /></div>
+            </ActionForm>
+            <div class="mt-4"><FormAlert message=form_error(value) /></div>
+            {move || value.get().and_then(Result::ok).map(|a| view! {
+                <p role="status" class="mt-4 rounded-lg bg-emerald-50 px-4 py-3 text-sm text-emerald-800 ring-1 ring-emerald-200">
+                    {format!("{} {} to {}.", if a.kind == "refund" { "Refunded" } else { "Credited" }, dollars(a.amount_micros), a.account_email)}
+                </p>
+            })}
+        </section>
+        <section class="card mt-6" aria-labelledby="audit">
+            <h2 id="audit" class="text-lg font-semibold text-slate-900">"Audit trail"</h2>
+            <Transition fallback=|| view! { <p class="mt-4 text-slate-500">"Loading…"</p> }>
+                {move || Suspend::new(async move {
+                    match audit.await {
+                        Ok(list) if list.is_empty() => view! { <p class="mt-4 text-slate-500">"No adjustments yet."</p> }.into_any(),
+                        Ok(list) => view! {
+                            <div class="mt-4 overflow-x-auto">
+                                <table class="min-w-full divide-y divide-slate-200 text-sm">
+                                    <thead>
+                                        <tr class="text-left text-slate-500">
+                                            <th scope="col" class="py-2 pr-4 font-medium">"When"</th>
+                                            <th scope="col" class="py-2 pr-4 font-medium">"Account"</th>
+                                            <th scope="col" class="py-2 pr-4 font-medium">"Kind"</th>
+                                            <th scope="col" class="py-2 pr-4 text-right font-medium">"Amount"</th>
+                                            <th scope="col" class="py-2 pr-4 font-medium">"Reason"</th>
+                                            <th scope="col" class="hidden py-2 pr-4 font-medium md:table-cell">"By"</th>
+                                        </tr>
+                                    </thead>
+                                    <tbody class="divide-y divide-slate-100">
+                                        {list.into_iter().map(|a| view! {
+                                            <tr data-testid="adjustment-row">
+                                                <td class="whitespace-nowrap py-3 pr-4 text-slate-600">{a.created_at.format("%Y-%m-%d %H:%M").to_string()}</td>
+                                                <td class="py-3 pr-4 text-slate-900">{a.account_email}</td>
+                                                <td class="py-3 pr-4 text-slate-600">{a.kind}</td>
+                                                <td class="py-3 pr-4 text-right tabular-nums">{dollars(a.amount_micros)}</td>
+                                                <td class="py-3 pr-4 text-slate-700">{a.reason}</td>
+                                                <td class="hidden py-3 pr-4 text-slate-600 md:table-cell">{a.actor_email}</td>
+                                            </tr>
+                                        }).collect_view()}
+                                    </tbody>
+                                </table>
+                            </div>
+                        }.into_any(),
+                        Err(err) => view! { <p role="alert" class="mt-4 text-red-700">{err.to_string()}</p> }.into_any(),
+                    }
+                })}
+            </Transition>
+        </section>
     }
 }
 

@@ -3,8 +3,10 @@
 pub mod account;
 pub mod admin;
 pub mod api_tokens;
+pub mod earnings;
 pub mod home;
 pub mod hosts;
 pub mod not_found;
 pub mod sign_in;
 pub mod sign_up;
+pub mod wallet;

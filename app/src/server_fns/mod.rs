@@ -6,3 +6,4 @@
 pub mod accounts;
 pub mod api_tokens;
 pub mod hosts;
+pub mod payments;

@@ -1,0 +1,126 @@
+//! Showing money: signed dollar amounts, headline figures, and a balance-over-time chart.
+
+use cardpool_domain::{money::format_dollars, payments::LedgerEntry};
+use leptos::prelude::*;
+
+/// `$25.00`, `-$4.10`.
+pub fn dollars(micros: i64) -> String {
+    if micros < 0 { format!("-${}", format_dollars(-micros)) } else { format!("${}", format_dollars(micros)) }
+}
+
+/// A signed amount, green when money comes in.
+#[component]
+pub fn Amount(micros: i64) -> impl IntoView {
+    let (class, text) = if micros > 0 {
+        ("text-emerald-700", format!("+{}", dollars(micros)))
+    } else {
+        ("text-slate-900", dollars(micros))
+    };
+    view! { <span class=format!("font-medium tabular-nums {class}")>{text}</span> }
+}
+
+/// A labelled headline figure.
+#[component]
+pub fn Stat(
+    label: &'static str,
+    micros: i64,
+    #[prop(optional, into)] hint: Option<String>,
+    #[prop(optional)] testid: &'static str,
+) -> impl IntoView {
+    view! {
+        <div class="card">
+            <p class="text-sm font-medium text-slate-500">{label}</p>
+            <p class="mt-1 text-3xl font-bold tabular-nums tracking-tight text-slate-900" data-testid=testid>{dollars(micros)}</p>
+            {hint.map(|h| view! { <p class="mt-1 text-xs text-slate-500">{h}</p> })}
+        </div>
+    }
+}
+
+/// The balance after each entry, over time, as an SVG area chart (oldest entry first).
+#[component]
+pub fn BalanceChart(entries: Vec<LedgerEntry>, #[prop(into)] label: String) -> impl IntoView {
+    if entries.len() < 2 {
+        return view! { <p class="text-sm text-slate-500">"The chart appears once there are two or more entries."</p> }
+            .into_any();
+    }
+    const W: f64 = 600.0;
+    const H: f64 = 160.0;
+    let t0 = entries.first().map_or(0, |e| e.created_at.timestamp()) as f64;
+    let t1 = entries.last().map_or(0, |e| e.created_at.timestamp()) as f64;
+    let span = (t1 - t0).max(1.0);
+    let max = entries.iter().map(|e| e.balance_after_micros).max().unwrap_or(0).max(1) as f64;
+    let point = |e: &LedgerEntry| {
+        let x = (e.created_at.timestamp() as f64 - t0) / span * W;
+        let y = H - (e.balance_after_micros.max(0) as f64 / max) * (H - 10.0);
+        (x, y)
+    };
+    // A step line: the balance holds until the next entry.
+    let mut path = String::new();
+    let mut last_y = H;
+    for (i, e) in entries.iter().enumerate() {
+        let (x, y) = point(e);
+        if i == 0 {
+            path.push_str(&format!("M{x:.1},{y:.1}"));
+        } else {
+            path.push_str(&format!(" L{x:.1},{last_y:.1} L{x:.1},{y:.1}"));
+        }
+        last_y = y;
+    }
+    let area = format!("{path} L{W:.1},{last_y:.1} L{W:.1},{H:.1} L0,{H:.1} Z");
+    let line = format!("{path} L{W:.1},{last_y:.1}");
+    let first = entries.first().map_or(0, |e| e.balance_after_micros);
+    let now = entries.last().map_or(0, |e| e.balance_after_micros);
+    let aria = format!("{label}: from {} to {} over {} entries", dollars(first), dollars(now), entries.len());
+    let start_label = entries.first().map(|e| e.created_at.format("%b %d").to_string()).unwrap_or_default();
+    let end_label = entries.last().map(|e| e.created_at.format("%b %d").to_string()).unwrap_or_default();
+    view! {
+        <figure>
+            <svg viewBox=format!("0 0 {W} {H}") preserveAspectRatio="none" class="h-40 w-full" role="img" aria-label=aria>
+                <path d=area class="fill-indigo-100" />
+                <path d=line class="fill-none stroke-indigo-600" stroke-width="2" vector-effect="non-scaling-stroke" />
+            </svg>
+            <figcaption class="mt-1 flex justify-between text-xs text-slate-500">
+                <span>{start_label}</span>
+                <span>{format!("peak {}", dollars(max as i64))}</span>
+                <span>{end_label}</span>
+            </figcaption>
+        </figure>
+    }
+    .into_any()
+}
+
+/// History table: date, description, amount, balance after, and a receipt link when asked.
+#[component]
+pub fn LedgerTable(entries: Vec<LedgerEntry>, #[prop(optional)] receipts: bool) -> impl IntoView {
+    view! {
+        <div class="overflow-x-auto">
+            <table class="min-w-full divide-y divide-slate-200 text-sm">
+                <thead>
+                    <tr class="text-left text-slate-500">
+                        <th scope="col" class="py-2 pr-4 font-medium">"Date"</th>
+                        <th scope="col" class="py-2 pr-4 font-medium">"Description"</th>
+                        <th scope="col" class="py-2 pr-4 text-right font-medium">"Amount"</th>
+                        <th scope="col" class="hidden py-2 pr-4 text-right font-medium sm:table-cell">"Balance"</th>
+                        {receipts.then(|| view! { <th scope="col" class="py-2 font-medium"><span class="sr-only">"Receipt"</span></th> })}
+                    </tr>
+                </thead>
+                <tbody class="divide-y divide-slate-100">
+                    {entries.into_iter().map(|e| view! {
+                        <tr data-testid="ledger-row">
+                            <td class="whitespace-nowrap py-3 pr-4 text-slate-600">{e.created_at.format("%Y-%m-%d %H:%M").to_string()}</td>
+                            <td class="py-3 pr-4 text-slate-800">
+                                {e.description.clone()}
+                                <span class="ml-2 badge bg-slate-50 text-slate-600 ring-slate-200">{e.kind.replace('_', " ")}</span>
+                            </td>
+                            <td class="whitespace-nowrap py-3 pr-4 text-right"><Amount micros=e.amount_micros /></td>
+                            <td class="hidden whitespace-nowrap py-3 pr-4 text-right tabular-nums text-slate-600 sm:table-cell">{dollars(e.balance_after_micros)}</td>
+                            {receipts.then(|| view! {
+                                <td class="py-3 text-right"><a class="text-indigo-700 hover:underline" href=format!("/wallet/receipts/{}", e.transaction_id)>"Receipt"</a></td>
+                            })}
+                        </tr>
+                    }).collect_view()}
+                </tbody>
+            </table>
+        </div>
+    }
+}
