@@ -76,9 +76,7 @@ impl MigrationTrait for Migration {
             ("idx_ledger_postings_account", LedgerPostings::LedgerAccountId),
             ("idx_ledger_postings_transaction", LedgerPostings::TransactionId),
         ] {
-            manager
-                .create_index(Index::create().name(name).table(LedgerPostings::Table).col(col).to_owned())
-                .await?;
+            manager.create_index(Index::create().name(name).table(LedgerPostings::Table).col(col).to_owned()).await?;
         }
 
         manager
@@ -169,7 +167,9 @@ impl MigrationTrait for Migration {
             )
             .await?;
         manager
-            .create_index(Index::create().name("idx_payouts_user").table(Payouts::Table).col(Payouts::UserId).to_owned())
+            .create_index(
+                Index::create().name("idx_payouts_user").table(Payouts::Table).col(Payouts::UserId).to_owned(),
+            )
             .await
     }
 

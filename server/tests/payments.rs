@@ -114,11 +114,11 @@ async fn top_up_is_credited_by_the_webhook_not_the_redirect(backend: Backend) {
     let after = wallet(&app, &client).await;
     assert_eq!(after["balance_micros"], 25_000_000);
     assert_eq!(after["pending_top_ups"].as_array().unwrap().len(), 0);
-    let top_up: Value = client.get(app.url(&format!("/api/v1/wallet/top-ups/{id}"))).send().await.unwrap().json().await.unwrap();
+    let top_up: Value =
+        client.get(app.url(&format!("/api/v1/wallet/top-ups/{id}"))).send().await.unwrap().json().await.unwrap();
     assert_eq!(top_up["status"], "credited");
 
-    let history: Value =
-        client.get(app.url("/api/v1/wallet/transactions")).send().await.unwrap().json().await.unwrap();
+    let history: Value = client.get(app.url("/api/v1/wallet/transactions")).send().await.unwrap().json().await.unwrap();
     assert_eq!(history[0]["kind"], "top_up");
     assert_eq!(history[0]["amount_micros"], 25_000_000);
     assert_eq!(history[0]["balance_after_micros"], 25_000_000);
@@ -139,7 +139,10 @@ async fn top_up_is_credited_by_the_webhook_not_the_redirect(backend: Backend) {
     let csv = client.get(app.url("/api/v1/wallet/transactions.csv")).send().await.unwrap();
     assert!(csv.headers()["content-type"].to_str().unwrap().starts_with("text/csv"));
     let csv = csv.text().await.unwrap();
-    assert!(csv.lines().nth(1).unwrap().ends_with(",top_up,\"Wallet top-up via Stripe Checkout\",25.00,25.00"), "{csv}");
+    assert!(
+        csv.lines().nth(1).unwrap().ends_with(",top_up,\"Wallet top-up via Stripe Checkout\",25.00,25.00"),
+        "{csv}"
+    );
 
     // Stripe delivering the same event again changes nothing.
     let event = app.stripe.events().pop().unwrap();
@@ -200,10 +203,8 @@ async fn webhook_chaos_ends_like_one_in_order_delivery(backend: Backend) {
         assert_eq!(stripe_events::Entity::find().count(&app.services.db).await.unwrap(), 4);
         assert_ledger_sound(&app).await;
         let user = app.services.db.clone();
-        let user_id = cardpool_service::accounts::principal_for_email(&app.services, "chaos@example.com")
-            .await
-            .unwrap()
-            .user_id;
+        let user_id =
+            cardpool_service::accounts::principal_for_email(&app.services, "chaos@example.com").await.unwrap().user_id;
         let statuses: Vec<String> = top_up_statuses(&app).await.into_iter().map(|(_, s)| s).collect();
         outcomes.push((
             ledger::balance(&user, Book::Wallet(user_id)).await.unwrap(),
@@ -313,13 +314,8 @@ async fn stripe_errors_map_to_clear_errors_and_retries(backend: Backend) {
     app.stripe.fail_next(failure(500, "api_error", None, "Something went wrong on Stripe's end.", 10));
     let res = post("22").send().await.unwrap();
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
-    let keys: Vec<_> = app
-        .stripe
-        .requests()
-        .into_iter()
-        .filter(|r| r.status == 500)
-        .map(|r| r.idempotency_key.unwrap())
-        .collect();
+    let keys: Vec<_> =
+        app.stripe.requests().into_iter().filter(|r| r.status == 500).map(|r| r.idempotency_key.unwrap()).collect();
     assert_eq!(keys.len(), 4);
     assert!(keys.iter().all(|k| k == &keys[0]));
 
@@ -336,16 +332,24 @@ async fn provider_with_earnings(app: &TestApp, earned: i64) -> (Client, i64) {
     assert_eq!(res.status(), StatusCode::OK);
     renter(app, "customer@example.com").await;
     let services = &app.services;
-    let provider_id = cardpool_service::accounts::principal_for_email(services, "gpu-owner@example.com").await.unwrap().user_id;
-    let renter_id = cardpool_service::accounts::principal_for_email(services, "customer@example.com").await.unwrap().user_id;
+    let provider_id =
+        cardpool_service::accounts::principal_for_email(services, "gpu-owner@example.com").await.unwrap().user_id;
+    let renter_id =
+        cardpool_service::accounts::principal_for_email(services, "customer@example.com").await.unwrap().user_id;
     let txn = cardpool_service::db::begin_write(&services.db).await.unwrap();
     ledger::post(
         &txn,
-        ledger::Entry::new("credit", "test:seed", "seed").transfer(Book::PromotionalCredit, Book::Wallet(renter_id), 1_000_000_000),
+        ledger::Entry::new("credit", "test:seed", "seed").transfer(
+            Book::PromotionalCredit,
+            Book::Wallet(renter_id),
+            1_000_000_000,
+        ),
     )
     .await
     .unwrap();
-    ledger::charge_usage(&txn, renter_id, provider_id, earned, 1000, "test:usage".into(), "usage".into()).await.unwrap();
+    ledger::charge_usage(&txn, renter_id, provider_id, earned, 1000, "test:usage".into(), "usage".into())
+        .await
+        .unwrap();
     txn.commit().await.unwrap();
     (provider, provider_id)
 }
@@ -419,9 +423,8 @@ async fn payouts_survive_stripe_outages_and_refusals(backend: Backend) {
     assert_eq!(res.status(), StatusCode::CREATED);
     let payout: Value = res.json().await.unwrap();
     assert_eq!(payout["status"], "pending");
-    let settled = cardpool_service::payouts::retry_pending_payouts(&app.services, std::time::Duration::ZERO)
-        .await
-        .unwrap();
+    let settled =
+        cardpool_service::payouts::retry_pending_payouts(&app.services, std::time::Duration::ZERO).await.unwrap();
     assert_eq!(settled, 1);
     let transfers: Vec<_> =
         app.stripe.requests().into_iter().filter(|r| r.path == "/v1/transfers" && r.status == 200).collect();

@@ -16,8 +16,10 @@ use crate::{AppError, AppResult, entities::*, internal};
 use cardpool_domain::{money::format_dollars, payments::LedgerEntry};
 use chrono::{DateTime, Utc};
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, sea_query::{Expr, ExprTrait},
+    ActiveValue::Set,
+    ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder,
     sea_query::OnConflict,
+    sea_query::{Expr, ExprTrait},
 };
 use std::collections::HashMap;
 
@@ -387,13 +389,27 @@ pub async fn charge_usage(
 }
 
 /// Moves `amount` of a renter's wallet into held funds (a prepaid reservation).
-pub async fn hold(conn: &impl ConnectionTrait, renter: i64, amount: i64, reference: String, description: String) -> AppResult<i64> {
-    post(conn, Entry::new("hold", reference, description).transfer(Book::Wallet(renter), Book::Held(renter), amount)).await
+pub async fn hold(
+    conn: &impl ConnectionTrait,
+    renter: i64,
+    amount: i64,
+    reference: String,
+    description: String,
+) -> AppResult<i64> {
+    post(conn, Entry::new("hold", reference, description).transfer(Book::Wallet(renter), Book::Held(renter), amount))
+        .await
 }
 
 /// Gives held funds back to the renter's wallet (a cancelled or unused reservation).
-pub async fn release(conn: &impl ConnectionTrait, renter: i64, amount: i64, reference: String, description: String) -> AppResult<i64> {
-    post(conn, Entry::new("release", reference, description).transfer(Book::Held(renter), Book::Wallet(renter), amount)).await
+pub async fn release(
+    conn: &impl ConnectionTrait,
+    renter: i64,
+    amount: i64,
+    reference: String,
+    description: String,
+) -> AppResult<i64> {
+    post(conn, Entry::new("release", reference, description).transfer(Book::Held(renter), Book::Wallet(renter), amount))
+        .await
 }
 
 /// Pays the provider from held funds (a reservation that was delivered), less the fee.

@@ -18,7 +18,7 @@ use crate::{
 use cardpool_domain::{
     money::{MICROS_PER_DOLLAR, format_dollars, parse_dollars},
     payments::{
-        AdjustmentKind, Adjustment, AdminCreditRequest, CreateTopUpRequest, LedgerEntry, Receipt, TOP_UP_MAX_MICROS,
+        Adjustment, AdjustmentKind, AdminCreditRequest, CreateTopUpRequest, LedgerEntry, Receipt, TOP_UP_MAX_MICROS,
         TOP_UP_MIN_MICROS, TopUp, TopUpCreated, TopUpStatus, Wallet,
     },
 };
@@ -86,11 +86,7 @@ pub fn parse_top_up_amount(raw: &str) -> AppResult<i64> {
     if !(TOP_UP_MIN_MICROS..=TOP_UP_MAX_MICROS).contains(&micros) {
         return Err(AppError::invalid_field(
             "amount",
-            format!(
-                "top up between ${} and ${}",
-                format_dollars(TOP_UP_MIN_MICROS),
-                format_dollars(TOP_UP_MAX_MICROS)
-            ),
+            format!("top up between ${} and ${}", format_dollars(TOP_UP_MIN_MICROS), format_dollars(TOP_UP_MAX_MICROS)),
         ));
     }
     Ok(micros)
@@ -277,8 +273,7 @@ async fn apply_checkout(
     let Some(top_up_id) = session.client_reference_id.as_deref().and_then(|r| r.parse::<i64>().ok()) else {
         return Ok("ignored: no Cardpool top-up reference".into());
     };
-    let Some(row) = top_ups::Entity::find_by_id(top_up_id).one(conn).await.map_err(internal("loading top-up"))?
-    else {
+    let Some(row) = top_ups::Entity::find_by_id(top_up_id).one(conn).await.map_err(internal("loading top-up"))? else {
         tracing::warn!(top_up.id = top_up_id, "webhook names an unknown top-up");
         return Ok(format!("ignored: unknown top-up {top_up_id}"));
     };

@@ -126,7 +126,12 @@ impl StripeGateway {
     }
 
     /// A fresh, single-use onboarding link for `account`.
-    pub async fn create_onboarding_link(&self, account: &str, refresh_url: &str, return_url: &str) -> AppResult<String> {
+    pub async fn create_onboarding_link(
+        &self,
+        account: &str,
+        refresh_url: &str,
+        return_url: &str,
+    ) -> AppResult<String> {
         let request = CreateAccountLink::new(account, CreateAccountLinkType::AccountOnboarding)
             .refresh_url(refresh_url)
             .return_url(return_url);

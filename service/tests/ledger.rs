@@ -3,13 +3,13 @@
 //! account goes negative, refused operations change nothing, and the balances match a plain
 //! in-memory model of the same operations.
 
+use cardpool_domain::account::SignUpRequest;
 use cardpool_service::{
     AppError, Services, Settings, backend_tests,
     db::begin_write,
     ledger::{self, Book, Entry, split_fee},
     testing::{self, Backend},
 };
-use cardpool_domain::account::SignUpRequest;
 use proptest::{prelude::*, test_runner::TestRunner};
 use std::collections::HashMap;
 
@@ -31,10 +31,18 @@ fn op() -> impl Strategy<Value = Op> {
     let amount = 1i64..50_000_000;
     prop_oneof![
         (0..2usize, amount.clone()).prop_map(|(renter, amount)| Op::TopUp { renter, amount }),
-        (0..2usize, 0..2usize, amount.clone()).prop_map(|(renter, provider, amount)| Op::Charge { renter, provider, amount }),
+        (0..2usize, 0..2usize, amount.clone()).prop_map(|(renter, provider, amount)| Op::Charge {
+            renter,
+            provider,
+            amount
+        }),
         (0..2usize, amount.clone()).prop_map(|(renter, amount)| Op::Hold { renter, amount }),
         (0..2usize, amount.clone()).prop_map(|(renter, amount)| Op::Release { renter, amount }),
-        (0..2usize, 0..2usize, amount.clone()).prop_map(|(renter, provider, amount)| Op::Capture { renter, provider, amount }),
+        (0..2usize, 0..2usize, amount.clone()).prop_map(|(renter, provider, amount)| Op::Capture {
+            renter,
+            provider,
+            amount
+        }),
         (0..2usize, amount.clone()).prop_map(|(provider, amount)| Op::Payout { provider, amount }),
         (0..2usize, amount).prop_map(|(renter, amount)| Op::Credit { renter, amount }),
         (0..40usize).prop_map(|op| Op::Replay { op }),
@@ -70,13 +78,25 @@ fn legs(op: &Op, renters: &[i64], providers: &[i64]) -> Vec<(Book, i64)> {
         Op::TopUp { renter, amount } => vec![(Book::StripeClearing, -amount), (Book::Wallet(renters[renter]), amount)],
         Op::Charge { renter, provider, amount } => {
             let (share, fee) = fee(amount);
-            vec![(Book::Wallet(renters[renter]), -amount), (Book::Earnings(providers[provider]), share), (Book::PlatformFees, fee)]
+            vec![
+                (Book::Wallet(renters[renter]), -amount),
+                (Book::Earnings(providers[provider]), share),
+                (Book::PlatformFees, fee),
+            ]
         }
-        Op::Hold { renter, amount } => vec![(Book::Wallet(renters[renter]), -amount), (Book::Held(renters[renter]), amount)],
-        Op::Release { renter, amount } => vec![(Book::Held(renters[renter]), -amount), (Book::Wallet(renters[renter]), amount)],
+        Op::Hold { renter, amount } => {
+            vec![(Book::Wallet(renters[renter]), -amount), (Book::Held(renters[renter]), amount)]
+        }
+        Op::Release { renter, amount } => {
+            vec![(Book::Held(renters[renter]), -amount), (Book::Wallet(renters[renter]), amount)]
+        }
         Op::Capture { renter, provider, amount } => {
             let (share, fee) = fee(amount);
-            vec![(Book::Held(renters[renter]), -amount), (Book::Earnings(providers[provider]), share), (Book::PlatformFees, fee)]
+            vec![
+                (Book::Held(renters[renter]), -amount),
+                (Book::Earnings(providers[provider]), share),
+                (Book::PlatformFees, fee),
+            ]
         }
         Op::Payout { provider, amount } => {
             vec![(Book::Earnings(providers[provider]), -amount), (Book::StripeClearing, amount)]
@@ -104,17 +124,18 @@ async fn random_operations_keep_the_ledger_sound(backend: Backend) {
     let (renters, providers) = people.split_at(2);
     // proptest generates the cases; they run here, one after another on one database (fresh
     // references each), each checked against a model seeded from the balances before it.
+    // A failing case is shrunk like any proptest; the async checks run on this runtime.
     let mut runner = TestRunner::new(ProptestConfig { cases: 12, ..ProptestConfig::default() });
-    let mut cases = Vec::new();
-    runner
-        .run(&proptest::collection::vec(op(), 1..30), |ops| {
-            cases.push(ops);
+    let handle = tokio::runtime::Handle::current();
+    let case = std::sync::atomic::AtomicUsize::new(0);
+    tokio::task::block_in_place(|| {
+        runner.run(&proptest::collection::vec(op(), 1..30), |ops| {
+            let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            handle.block_on(run_case(&services, &ops, renters, providers, n));
             Ok(())
         })
-        .unwrap();
-    for (case, ops) in cases.iter().enumerate() {
-        run_case(&services, ops, renters, providers, case).await;
-    }
+    })
+    .unwrap();
     let check = ledger::verify(&services.db).await.unwrap();
     assert!(check.is_sound(), "{check:?}");
     assert!(check.transactions > 0);
@@ -189,9 +210,12 @@ async fn concurrent_charges_never_overdraw(backend: Backend) {
     .await
     .unwrap();
     let txn = begin_write(&services.db).await.unwrap();
-    ledger::post(&txn, Entry::new("credit", "seed", "seed").transfer(Book::PromotionalCredit, Book::Wallet(me.id), 10_000_000))
-        .await
-        .unwrap();
+    ledger::post(
+        &txn,
+        Entry::new("credit", "seed", "seed").transfer(Book::PromotionalCredit, Book::Wallet(me.id), 10_000_000),
+    )
+    .await
+    .unwrap();
     txn.commit().await.unwrap();
     // 20 concurrent $1 charges against $10: exactly 10 succeed.
     let tasks: Vec<_> = (0..20)
@@ -199,7 +223,9 @@ async fn concurrent_charges_never_overdraw(backend: Backend) {
             let services = services.clone();
             tokio::spawn(async move {
                 let txn = begin_write(&services.db).await.unwrap();
-                match ledger::charge_usage(&txn, me.id, me.id, 1_000_000, FEE_BPS, format!("c{i}"), "charge".into()).await {
+                match ledger::charge_usage(&txn, me.id, me.id, 1_000_000, FEE_BPS, format!("c{i}"), "charge".into())
+                    .await
+                {
                     Ok(_) => txn.commit().await.map(|_| true).unwrap(),
                     Err(AppError::PaymentRequired(_)) => false,
                     Err(other) => panic!("{other:?}"),
@@ -213,7 +239,30 @@ async fn concurrent_charges_never_overdraw(backend: Backend) {
     }
     assert_eq!(accepted, 10);
     assert_eq!(ledger::balance(&services.db, Book::Wallet(me.id)).await.unwrap(), 0);
+
+    // The edge: exactly the balance is fine, one micro-dollar more is not.
+    let txn = begin_write(&services.db).await.unwrap();
+    ledger::post(&txn, Entry::new("credit", "seed2", "seed").transfer(Book::PromotionalCredit, Book::Wallet(me.id), 5))
+        .await
+        .unwrap();
+    txn.commit().await.unwrap();
+    let txn = begin_write(&services.db).await.unwrap();
+    let short = ledger::charge_usage(&txn, me.id, me.id, 6, FEE_BPS, "over".into(), "charge".into()).await;
+    assert_eq!(
+        short,
+        Err(AppError::PaymentRequired(
+            "insufficient balance: $0.000006 needed, $0.000005 available (short by $0.000001)".into()
+        ))
+    );
+    drop(txn);
+    let txn = begin_write(&services.db).await.unwrap();
+    ledger::charge_usage(&txn, me.id, me.id, 5, FEE_BPS, "exact".into(), "charge".into()).await.unwrap();
+    txn.commit().await.unwrap();
     assert!(ledger::verify(&services.db).await.unwrap().is_sound());
 }
 
-backend_tests!(random_operations_keep_the_ledger_sound, unbalanced_entries_are_refused, concurrent_charges_never_overdraw);
+backend_tests!(
+    random_operations_keep_the_ledger_sound,
+    unbalanced_entries_are_refused,
+    concurrent_charges_never_overdraw
+);

@@ -328,7 +328,13 @@ fn random_id(prefix: &str) -> String {
 }
 
 /// Stripe's error body.
-fn stripe_error(status: StatusCode, error_type: &str, code: Option<&str>, message: &str, param: Option<&str>) -> Response {
+fn stripe_error(
+    status: StatusCode,
+    error_type: &str,
+    code: Option<&str>,
+    message: &str,
+    param: Option<&str>,
+) -> Response {
     let mut error = json!({ "type": error_type, "message": message });
     if let Some(code) = code {
         error["code"] = json!(code);
@@ -429,10 +435,13 @@ async fn api(
                 let bytes = axum::body::to_bytes(body, 1 << 20).await.unwrap_or_default();
                 if let (Some(key), true) = (idempotency_key, method == "POST" && parts.status.as_u16() < 500) {
                     let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                    stripe.shared.store.lock().expect("lock").idempotency.insert(
-                        key,
-                        (fingerprint, parts.status.as_u16(), value),
-                    );
+                    stripe
+                        .shared
+                        .store
+                        .lock()
+                        .expect("lock")
+                        .idempotency
+                        .insert(key, (fingerprint, parts.status.as_u16(), value));
                 }
                 Response::from_parts(parts, axum::body::Body::from(bytes))
             }
@@ -692,7 +701,8 @@ mod tests {
 
     #[test]
     fn fixtures_hold_what_we_build_on() {
-        let stripe = LocalStripe::new(Config { secret_key: "sk".into(), webhook_secret: "wh".into(), webhook_url: None });
+        let stripe =
+            LocalStripe::new(Config { secret_key: "sk".into(), webhook_secret: "wh".into(), webhook_url: None });
         for name in ["checkout.session", "account", "account_link", "transfer", "event"] {
             assert!(stripe.fixture(name).is_object(), "fixture {name} missing");
         }

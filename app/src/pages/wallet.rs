@@ -118,10 +118,10 @@ fn TopUpProgress(id: i64, cancelled: bool, settled: RwSignal<u32>) -> impl IntoV
     {
         let handle = set_interval_with_handle(
             move || {
-                if let Some(Ok(t)) = status.get_untracked() {
-                    if t.status.is_final() {
-                        return;
-                    }
+                if let Some(Ok(t)) = status.get_untracked()
+                    && t.status.is_final()
+                {
+                    return;
                 }
                 tick.update(|t| *t += 1);
             },
@@ -135,10 +135,10 @@ fn TopUpProgress(id: i64, cancelled: bool, settled: RwSignal<u32>) -> impl IntoV
     }
     // Once the top-up is final, refresh the balance and history.
     Effect::new(move || {
-        if let Some(Ok(t)) = status.get() {
-            if t.status.is_final() {
-                settled.update(|s| *s += 1);
-            }
+        if let Some(Ok(t)) = status.get()
+            && t.status.is_final()
+        {
+            settled.update(|s| *s += 1);
         }
     });
     view! {

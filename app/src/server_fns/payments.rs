@@ -1,8 +1,6 @@
 use cardpool_domain::{
     AppError,
-    payments::{
-        Adjustment, Earnings, LedgerEntry, OnboardingLink, Payout, Receipt, TopUp, TopUpCreated, Wallet,
-    },
+    payments::{Adjustment, Earnings, LedgerEntry, OnboardingLink, Payout, Receipt, TopUp, TopUpCreated, Wallet},
 };
 use leptos::prelude::*;
 
@@ -31,7 +29,12 @@ pub async fn create_top_up(amount: String) -> Result<TopUpCreated, AppError> {
     crate::ssr::respond(async move {
         let req = crate::ssr::Request::current().await?;
         let principal = req.principal().await?;
-        cardpool_service::payments::create_top_up(&req.services, &principal, &cardpool_domain::payments::CreateTopUpRequest { amount }).await
+        cardpool_service::payments::create_top_up(
+            &req.services,
+            &principal,
+            &cardpool_domain::payments::CreateTopUpRequest { amount },
+        )
+        .await
     })
     .await
 }

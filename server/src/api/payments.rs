@@ -161,7 +161,10 @@ pub async fn admin_credit(
 #[utoipa::path(get, path = "/api/v1/admin/credits", operation_id = "list_admin_credits", tag = "payments",
     security(("bearer" = []), ("session" = [])),
     responses((status = 200, body = Vec<Adjustment>), (status = 403, body = ErrorBody)))]
-pub async fn list_admin_credits(State(state): State<AppState>, Caller(caller): Caller) -> ApiResult<Json<Vec<Adjustment>>> {
+pub async fn list_admin_credits(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+) -> ApiResult<Json<Vec<Adjustment>>> {
     Ok(Json(payments::list_adjustments(&state.services, &caller).await?))
 }
 
@@ -171,8 +174,12 @@ pub async fn stripe_webhook(State(state): State<AppState>, headers: HeaderMap, b
     let signature = headers.get("stripe-signature").and_then(|v| v.to_str().ok());
     let now = chrono::Utc::now().timestamp();
     match payments::handle_webhook(&state.services, &body, signature, now).await {
-        Ok(WebhookOutcome::Applied(outcome)) => Json(serde_json::json!({ "received": true, "outcome": outcome })).into_response(),
-        Ok(WebhookOutcome::Duplicate) => Json(serde_json::json!({ "received": true, "outcome": "duplicate" })).into_response(),
+        Ok(WebhookOutcome::Applied(outcome)) => {
+            Json(serde_json::json!({ "received": true, "outcome": outcome })).into_response()
+        }
+        Ok(WebhookOutcome::Duplicate) => {
+            Json(serde_json::json!({ "received": true, "outcome": "duplicate" })).into_response()
+        }
         Err(WebhookFailure::Rejected(reason)) => {
             (StatusCode::BAD_REQUEST, Json(ErrorBody::from(&AppError::invalid_field("payload", reason.to_string()))))
                 .into_response()
