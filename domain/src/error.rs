@@ -17,7 +17,7 @@ pub type FieldErrors = BTreeMap<String, String>;
 
 /// Everything that can go wrong in a request, as a client may see it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
-#[serde(tag = "error", rename_all = "snake_case")]
+#[serde(tag = "error", content = "detail", rename_all = "snake_case")]
 pub enum AppError {
     /// Input was rejected; `fields` says which field and why.
     #[error("{message}")]
@@ -156,6 +156,33 @@ impl From<&AppError> for ErrorBody {
                 AppError::Validation { fields, .. } => fields.clone(),
                 _ => FieldErrors::new(),
             },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Server functions carry `AppError` to the browser as JSON: every variant must survive the
+    /// round trip (an internally tagged enum cannot serialize variants holding a bare string).
+    #[test]
+    fn every_variant_round_trips_through_json() {
+        let all = [
+            AppError::invalid_field("email", "needs an @"),
+            AppError::Unauthorized,
+            AppError::InvalidCredentials,
+            AppError::forbidden("no"),
+            AppError::not_found("host"),
+            AppError::conflict("taken"),
+            AppError::PaymentRequired("short by $1.00".into()),
+            AppError::RateLimited { retry_after_secs: 7 },
+            AppError::Unavailable("Stripe is down".into()),
+            AppError::Internal,
+        ];
+        for err in all {
+            let json = serde_json::to_string(&err).unwrap_or_else(|e| panic!("{err:?} does not serialize: {e}"));
+            assert_eq!(serde_json::from_str::<AppError>(&json).unwrap(), err, "{json}");
         }
     }
 }
