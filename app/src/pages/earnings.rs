@@ -4,7 +4,7 @@
 use crate::{
     components::{
         form::{Field, FormAlert, SubmitButton, field_error, form_error},
-        money::{Amount, BalanceChart, LedgerTable, Stat, dollars},
+        money::{BalanceChart, LedgerTable, Stat, dollars},
         session::{RequireSignIn, reload_to},
     },
     server_fns::payments::{CreateOnboardingLink, RequestPayout, get_earnings, list_earnings_entries},
@@ -171,7 +171,7 @@ fn Summary(
                                     view! {
                                         <tr data-testid="payout-row">
                                             <td class="whitespace-nowrap py-3 pr-4 text-slate-600">{p.created_at.format("%Y-%m-%d %H:%M").to_string()}</td>
-                                            <td class="py-3 pr-4 text-right"><Amount micros=p.amount_micros /></td>
+                                            <td class="py-3 pr-4 text-right font-medium tabular-nums">{dollars(p.amount_micros)}</td>
                                             <td class="py-3 pr-4">
                                                 <span class=format!("badge {badge}")>{p.status.as_str()}</span>
                                                 {p.failure_message.clone().filter(|_| p.status == PayoutStatus::Failed).map(|m| view! { <p class="mt-1 text-xs text-red-700">{m}</p> })}
