@@ -1,32 +1,10 @@
-import { expect, test, type Page } from "@playwright/test";
-
-// Screenshots of every page, per project (desktop/mobile) and database backend, kept as
-// artifacts under end2end/screenshots/.
-const backend = process.env.CARDPOOL_E2E_BACKEND ?? "sqlite";
-async function snap(page: Page, name: string) {
-  const project = test.info().project.name;
-  await page.screenshot({ path: `screenshots/${backend}/${project}/${name}.png`, fullPage: true });
-}
-
-/** Waits until the page is hydrated, so clicks go through the app rather than plain forms. */
-async function hydrated(page: Page) {
-  await page.locator("body[data-hydrated]").waitFor({ state: "attached" });
-}
+import { expect, test } from "@playwright/test";
+import { failOnCspViolations, hydrated, snap } from "./support";
 
 const password = "correct horse battery";
 
 // The pages run under a strict, nonce-based Content-Security-Policy: any violation fails.
-test.beforeEach(async ({ page }) => {
-  const violations: string[] = [];
-  page.on("console", (msg) => {
-    if (msg.text().includes("Content Security Policy")) violations.push(msg.text());
-  });
-  page.on("pageerror", (err) => violations.push(`page error: ${err.message}`));
-  (page as any).__violations = violations;
-});
-test.afterEach(async ({ page }) => {
-  expect((page as any).__violations).toEqual([]);
-});
+failOnCspViolations();
 
 test("a visitor signs up, signs out, fails and succeeds to sign in, manages API tokens", async ({ page }, info) => {
   const email = `e2e-${info.project.name}-${Date.now()}@example.com`;

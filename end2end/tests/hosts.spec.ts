@@ -1,27 +1,25 @@
-import { expect, test, type Page } from "@playwright/test";
+import { expect, test } from "@playwright/test";
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { failOnCspViolations, hydrated, snap } from "./support";
 
 // The agent binary built by scripts/test.sh; enrolled and run from here like a provider would.
 const agentBin = process.env.CARDPOOL_AGENT_BIN ?? "../target/debug/cardpool-agent";
-const backend = process.env.CARDPOOL_E2E_BACKEND ?? "sqlite";
 
-async function snap(page: Page, name: string) {
-  await page.screenshot({ path: `screenshots/${backend}/${test.info().project.name}/${name}.png`, fullPage: true });
-}
+failOnCspViolations();
 
 test("a provider enrolls a simulated host with one agent command and sees it online", async ({ page, baseURL }, info) => {
   const email = `host-${info.project.name}-${Date.now()}@example.com`;
   await page.goto("/sign-up");
-  await page.locator("body[data-hydrated]").waitFor({ state: "attached" });
+  await hydrated(page);
   await page.getByLabel("Email").fill(email);
   await page.getByLabel("Password").fill("correct horse battery");
   await page.getByRole("button", { name: "Create account" }).click();
   await expect(page).toHaveURL(/\/account$/);
 
-  await page.locator("body[data-hydrated]").waitFor({ state: "attached" });
+  await hydrated(page);
   await page.getByRole("button", { name: "Become a provider" }).click();
   await expect(page.getByTestId("account-roles")).toContainText("provider");
   await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Hosts" }).click();
@@ -59,7 +57,7 @@ test("a provider enrolls a simulated host with one agent command and sees it onl
     await expect(page.getByTestId("self-test-outcome")).toHaveText("passed");
 
     // Pricing: dollars in, exact integers stored; a bad value gets a field error.
-    await page.locator("body[data-hydrated]").waitFor({ state: "attached" });
+    await hydrated(page);
     await page.getByLabel("On-demand $/GPU-h").fill("abc");
     await page.getByLabel("Reserved $/GPU-h").fill("1.99");
     await page.getByLabel("Spot minimum bid $/GPU-h").fill("0.80");

@@ -1,28 +1,10 @@
 import { expect, test, type Page } from "@playwright/test";
+import { failOnCspViolations, hydrated, snap } from "./support";
 
 // Money in the browser against the demo server and its local test-mode Stripe: a renter tops
 // up through the test checkout page; a demo provider onboards to Connect and is paid out; an
 // admin credits a wallet with a reason.
-const backend = process.env.CARDPOOL_E2E_BACKEND ?? "sqlite";
-async function snap(page: Page, name: string) {
-  await page.screenshot({ path: `screenshots/${backend}/${test.info().project.name}/${name}.png`, fullPage: true });
-}
-async function hydrated(page: Page) {
-  await page.locator("body[data-hydrated]").waitFor({ state: "attached" });
-}
-
-// Our own pages run under a strict CSP: any violation or page error fails the test.
-test.beforeEach(async ({ page }) => {
-  const violations: string[] = [];
-  page.on("console", (msg) => {
-    if (msg.text().includes("Content Security Policy")) violations.push(msg.text());
-  });
-  page.on("pageerror", (err) => violations.push(`page error: ${err.message}`));
-  (page as any).__violations = violations;
-});
-test.afterEach(async ({ page }) => {
-  expect((page as any).__violations).toEqual([]);
-});
+failOnCspViolations();
 
 async function signIn(page: Page, email: string, password: string) {
   await page.goto("/sign-in");

@@ -380,12 +380,7 @@ pub async fn charge_usage(
     reference: String,
     description: String,
 ) -> AppResult<i64> {
-    let (share, fee) = split_fee(amount, fee_bps);
-    let entry = Entry::new("usage", reference, description)
-        .leg(Book::Wallet(renter), -amount)
-        .leg(Book::Earnings(provider), share)
-        .leg(Book::PlatformFees, fee);
-    post(conn, entry).await
+    post(conn, provider_payment("usage", Book::Wallet(renter), provider, amount, fee_bps, reference, description)).await
 }
 
 /// Moves `amount` of a renter's wallet into held funds (a prepaid reservation).
@@ -422,12 +417,24 @@ pub async fn capture(
     reference: String,
     description: String,
 ) -> AppResult<i64> {
+    post(conn, provider_payment("capture", Book::Held(renter), provider, amount, fee_bps, reference, description)).await
+}
+
+/// `amount` from `from` to the provider's earnings, the platform fee split off.
+fn provider_payment(
+    kind: &'static str,
+    from: Book,
+    provider: i64,
+    amount: i64,
+    fee_bps: u32,
+    reference: String,
+    description: String,
+) -> Entry {
     let (share, fee) = split_fee(amount, fee_bps);
-    let entry = Entry::new("capture", reference, description)
-        .leg(Book::Held(renter), -amount)
+    Entry::new(kind, reference, description)
+        .leg(from, -amount)
         .leg(Book::Earnings(provider), share)
-        .leg(Book::PlatformFees, fee);
-    post(conn, entry).await
+        .leg(Book::PlatformFees, fee)
 }
 
 #[cfg(test)]

@@ -89,6 +89,26 @@ pub fn BalanceChart(entries: Vec<LedgerEntry>, #[prop(into)] label: String) -> i
     .into_any()
 }
 
+/// A ledger history (newest first): the balance chart above the table, or `empty` if none.
+#[component]
+pub fn LedgerHistory(
+    entries: Vec<LedgerEntry>,
+    chart_label: &'static str,
+    empty: &'static str,
+    #[prop(optional)] receipts: bool,
+) -> impl IntoView {
+    if entries.is_empty() {
+        return view! { <p class="mt-4 text-slate-500">{empty}</p> }.into_any();
+    }
+    let mut oldest_first = entries.clone();
+    oldest_first.reverse();
+    view! {
+        <div class="mt-4"><BalanceChart entries=oldest_first label=chart_label /></div>
+        <div class="mt-6"><LedgerTable entries receipts /></div>
+    }
+    .into_any()
+}
+
 /// History table: date, description, amount, balance after, and a receipt link when asked.
 #[component]
 pub fn LedgerTable(entries: Vec<LedgerEntry>, #[prop(optional)] receipts: bool) -> impl IntoView {

@@ -4,7 +4,7 @@
 use crate::{
     components::{
         form::{Field, FormAlert, SubmitButton, field_error, form_error},
-        money::{BalanceChart, LedgerTable, Stat, dollars},
+        money::{LedgerHistory, Stat, dollars},
         session::{RequireSignIn, reload_to},
     },
     server_fns::payments::{CreateOnboardingLink, RequestPayout, get_earnings, list_earnings_entries},
@@ -66,15 +66,7 @@ fn EarningsView() -> impl IntoView {
                 <Transition fallback=|| view! { <p class="mt-4 text-slate-500">"Loading…"</p> }>
                     {move || Suspend::new(async move {
                         match entries.await {
-                            Ok(list) if list.is_empty() => view! { <p class="mt-4 text-slate-500">"Nothing earned yet. List a host and renters will find it."</p> }.into_any(),
-                            Ok(list) => {
-                                let mut oldest_first = list.clone();
-                                oldest_first.reverse();
-                                view! {
-                                    <div class="mt-4"><BalanceChart entries=oldest_first label="Unpaid earnings" /></div>
-                                    <div class="mt-6"><LedgerTable entries=list /></div>
-                                }.into_any()
-                            }
+                            Ok(entries) => view! { <LedgerHistory entries chart_label="Unpaid earnings" empty="Nothing earned yet. List a host and renters will find it." /> }.into_any(),
                             Err(err) => view! { <p role="alert" class="mt-4 text-red-700">{err.to_string()}</p> }.into_any(),
                         }
                     })}

@@ -7,7 +7,7 @@
 use crate::{
     components::{
         form::{Field, FormAlert, SubmitButton, field_error, form_error},
-        money::{BalanceChart, LedgerTable, Stat, dollars},
+        money::{LedgerHistory, Stat, dollars},
         session::{RequireSignIn, reload_to},
     },
     server_fns::payments::{CreateTopUp, get_receipt, get_top_up, get_wallet, list_transactions},
@@ -91,15 +91,7 @@ fn Wallet() -> impl IntoView {
                 <Transition fallback=|| view! { <p class="mt-4 text-slate-500">"Loading history…"</p> }>
                     {move || Suspend::new(async move {
                         match history.await {
-                            Ok(entries) if entries.is_empty() => view! { <p class="mt-4 text-slate-500">"No transactions yet."</p> }.into_any(),
-                            Ok(entries) => {
-                                let mut oldest_first = entries.clone();
-                                oldest_first.reverse();
-                                view! {
-                                    <div class="mt-4"><BalanceChart entries=oldest_first label="Wallet balance" /></div>
-                                    <div class="mt-6"><LedgerTable entries receipts=true /></div>
-                                }.into_any()
-                            }
+                            Ok(entries) => view! { <LedgerHistory entries chart_label="Wallet balance" empty="No transactions yet." receipts=true /> }.into_any(),
                             Err(err) => view! { <p role="alert" class="mt-4 text-red-700">{err.to_string()}</p> }.into_any(),
                         }
                     })}
