@@ -27,6 +27,7 @@ use pages::{
     home::HomePage,
     hosts::{HostPage, HostsPage},
     not_found::NotFoundPage,
+    offers::OffersPage,
     sign_in::SignInPage,
     sign_up::SignUpPage,
     wallet::{ReceiptPage, WalletPage},
@@ -68,6 +69,7 @@ pub fn App() -> impl IntoView {
                 <main id="main" class="mx-auto w-full max-w-6xl flex-1 px-4 py-8 sm:px-6 lg:px-8">
                     <Routes fallback=NotFoundPage>
                         <Route path=path!("/") view=HomePage />
+                        <Route path=path!("/offers") view=OffersPage />
                         <Route path=path!("/sign-up") view=SignUpPage />
                         <Route path=path!("/sign-in") view=SignInPage />
                         <Route path=path!("/account") view=AccountPage />

@@ -9,6 +9,7 @@ pub mod account;
 pub mod error;
 pub mod host;
 pub mod money;
+pub mod offers;
 pub mod payments;
 
 pub use error::{AppError, FieldErrors};

@@ -323,6 +323,7 @@ pub async fn record_inventory(services: &Services, host: &hosts::Model, inventor
         row.pci_bus_id = Set(gpu.pci_bus_id.clone());
         row.driver_version = Set(gpu.driver_version.clone());
         row.cuda_version = Set(gpu.cuda_version.clone());
+        row.cuda_version_num = Set(cardpool_domain::offers::cuda_version_number(&gpu.cuda_version).unwrap_or(0));
         row.nvlink_peers = Set(peers);
         row.state = Set("available".into());
         row.updated_at = Set(now);

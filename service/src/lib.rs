@@ -13,6 +13,7 @@ pub mod db;
 pub mod entities;
 pub mod hosts;
 pub mod ledger;
+pub mod offers;
 pub mod passwords;
 pub mod payments;
 pub mod payouts;

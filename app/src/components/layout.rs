@@ -36,6 +36,7 @@ pub fn Header() -> impl IntoView {
 fn VisitorNav() -> impl IntoView {
     view! {
         <div class="flex items-center gap-2">
+            <A href="/offers" attr:class="nav-link">"Find GPUs"</A>
             <A href="/sign-in" attr:class="nav-link">"Sign in"</A>
             <A href="/sign-up" attr:class="btn-primary">"Create account"</A>
         </div>
@@ -52,6 +53,7 @@ fn SignedInNav(email: String, provider: bool, admin: bool) -> impl IntoView {
     });
     view! {
         <div class="flex flex-wrap items-center gap-1 sm:gap-2">
+            <A href="/offers" attr:class="nav-link">"Find GPUs"</A>
             <A href="/wallet" attr:class="nav-link">"Wallet"</A>
             {provider.then(|| view! { <A href="/provider/hosts" attr:class="nav-link">"Hosts"</A> })}
             {provider.then(|| view! { <A href="/provider/earnings" attr:class="nav-link">"Earnings"</A> })}

@@ -7,6 +7,7 @@ pub mod earnings;
 pub mod home;
 pub mod hosts;
 pub mod not_found;
+pub mod offers;
 pub mod sign_in;
 pub mod sign_up;
 pub mod wallet;

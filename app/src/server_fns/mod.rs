@@ -6,4 +6,5 @@
 pub mod accounts;
 pub mod api_tokens;
 pub mod hosts;
+pub mod offers;
 pub mod payments;

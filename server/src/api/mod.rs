@@ -7,6 +7,7 @@
 mod accounts;
 mod api_tokens;
 mod hosts;
+mod offers;
 pub(crate) mod payments;
 
 use axum::{
@@ -48,6 +49,7 @@ pub fn router() -> Router<AppState> {
         .route("/hosts/{id}/revoke", post(hosts::revoke_host))
         .route("/hosts/{id}/pricing", put(hosts::update_host_pricing))
         .route("/hosts/{id}/listing", put(hosts::set_host_listed))
+        .route("/offers", get(offers::list_offers))
         .route("/wallet", get(payments::get_wallet))
         .route("/wallet/top-ups", post(payments::create_top_up))
         .route("/wallet/top-ups/{id}", get(payments::get_top_up))
@@ -84,6 +86,7 @@ pub fn router() -> Router<AppState> {
         hosts::revoke_host,
         hosts::update_host_pricing,
         hosts::set_host_listed,
+        offers::list_offers,
         payments::get_wallet,
         payments::create_top_up,
         payments::get_top_up,
@@ -99,7 +102,7 @@ pub fn router() -> Router<AppState> {
     ),
     components(schemas(ErrorBody)),
     modifiers(&SecuritySchemes),
-    tags((name = "accounts", description = "Sign-up, sign-in and profile"), (name = "tokens", description = "Personal API tokens"), (name = "hosts", description = "Provider hosts and their agents"), (name = "payments", description = "Wallet, top-ups, earnings, payouts and admin credits"))
+    tags((name = "accounts", description = "Sign-up, sign-in and profile"), (name = "tokens", description = "Personal API tokens"), (name = "hosts", description = "Provider hosts and their agents"), (name = "offers", description = "Marketplace search"), (name = "payments", description = "Wallet, top-ups, earnings, payouts and admin credits"))
 )]
 pub struct ApiDoc;
 

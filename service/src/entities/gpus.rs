@@ -13,6 +13,8 @@ pub struct Model {
     pub pci_bus_id: String,
     pub driver_version: String,
     pub cuda_version: String,
+    /// `cuda_version` as major × 1000 + minor ("12.4" → 12004), for comparisons in SQL.
+    pub cuda_version_num: i32,
     /// JSON array of peer GPU UUIDs.
     pub nvlink_peers: String,
     /// `available` or `missing` (no longer in the host's inventory).

@@ -1,0 +1,230 @@
+//! Marketplace offers: what renters search, and how they filter and sort.
+//!
+//! An offer is one GPU model on one listed, online host, with the GPUs of that model that are
+//! free right now. Filters travel in the page's query string, so a search is a shareable URL.
+
+use serde::{Deserialize, Serialize};
+
+/// The kinds of rental a price applies to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum RentalKind {
+    #[default]
+    OnDemand,
+    Reserved,
+    Spot,
+}
+
+impl RentalKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RentalKind::OnDemand => "on_demand",
+            RentalKind::Reserved => "reserved",
+            RentalKind::Spot => "spot",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Option<Self> {
+        [RentalKind::OnDemand, RentalKind::Reserved, RentalKind::Spot].into_iter().find(|k| k.as_str() == raw)
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum OfferSort {
+    /// Cheapest GPU-hour first (for the chosen rental kind).
+    #[default]
+    Price,
+    /// Cheapest per GiB of GPU memory first.
+    PricePerVram,
+    /// Most free GPUs first.
+    Availability,
+}
+
+impl OfferSort {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OfferSort::Price => "price",
+            OfferSort::PricePerVram => "price_per_vram",
+            OfferSort::Availability => "availability",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Option<Self> {
+        [OfferSort::Price, OfferSort::PricePerVram, OfferSort::Availability].into_iter().find(|s| s.as_str() == raw)
+    }
+}
+
+/// Search filters, as they appear in the query string (all optional; empty means "any", so a
+/// plain HTML form's empty fields are fine).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams, utoipa::ToSchema))]
+#[serde(default)]
+pub struct OfferQuery {
+    /// Exact GPU model, e.g. "NVIDIA H100 80GB HBM3".
+    pub gpu_model: Option<String>,
+    /// At least this many free GPUs on the host.
+    #[serde(deserialize_with = "lenient::number")]
+    pub min_gpus: Option<u32>,
+    /// At least this much memory per GPU, GiB.
+    #[serde(deserialize_with = "lenient::number")]
+    pub min_vram_gib: Option<u32>,
+    /// At most this price per GPU-hour for the chosen kind, dollars (e.g. "2.50").
+    pub max_price: Option<String>,
+    /// Which price the price filter and sort use: on_demand (default), reserved or spot.
+    #[serde(deserialize_with = "lenient::choice")]
+    pub kind: Option<RentalKind>,
+    /// Part of the host's location label, e.g. "DE".
+    pub location: Option<String>,
+    /// At least this CUDA version, e.g. "12.2".
+    pub min_cuda: Option<String>,
+    #[serde(deserialize_with = "lenient::choice")]
+    pub sort: Option<OfferSort>,
+    /// 1-based page number.
+    #[serde(deserialize_with = "lenient::number")]
+    pub page: Option<u32>,
+    /// Offers per page (at most 100; default 20).
+    #[serde(deserialize_with = "lenient::number")]
+    pub per_page: Option<u32>,
+}
+
+impl OfferQuery {
+    /// The query string that reproduces this search (for links and pagination).
+    pub fn to_query_string(&self) -> String {
+        let mut pairs: Vec<(&str, String)> = Vec::new();
+        let mut push = |key, value: Option<String>| {
+            if let Some(v) = value.filter(|v| !v.is_empty()) {
+                pairs.push((key, v));
+            }
+        };
+        push("gpu_model", self.gpu_model.clone());
+        push("min_gpus", self.min_gpus.map(|n| n.to_string()));
+        push("min_vram_gib", self.min_vram_gib.map(|n| n.to_string()));
+        push("max_price", self.max_price.clone());
+        push("kind", self.kind.map(|k| k.as_str().to_owned()));
+        push("location", self.location.clone());
+        push("min_cuda", self.min_cuda.clone());
+        push("sort", self.sort.map(|s| s.as_str().to_owned()));
+        push("page", self.page.filter(|p| *p > 1).map(|n| n.to_string()));
+        push("per_page", self.per_page.map(|n| n.to_string()));
+        pairs.into_iter().map(|(k, v)| format!("{k}={}", percent_encode(&v))).collect::<Vec<_>>().join("&")
+    }
+}
+
+fn percent_encode(raw: &str) -> String {
+    raw.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            b' ' => "+".to_owned(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Query-string friendly deserializers: empty means absent; numbers may arrive as text.
+mod lenient {
+    use serde::{Deserialize, Deserializer, de::Error};
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Number(u64),
+        Text(String),
+    }
+
+    pub fn number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+        match Option::<Raw>::deserialize(d)? {
+            None => Ok(None),
+            Some(Raw::Number(n)) => u32::try_from(n).map(Some).map_err(D::Error::custom),
+            Some(Raw::Text(t)) if t.trim().is_empty() => Ok(None),
+            Some(Raw::Text(t)) => {
+                t.trim().parse().map(Some).map_err(|_| D::Error::custom(format!("{t:?} is not a whole number")))
+            }
+        }
+    }
+
+    pub fn choice<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+        match Option::<String>::deserialize(d)? {
+            None => Ok(None),
+            Some(t) if t.trim().is_empty() => Ok(None),
+            Some(t) => T::deserialize(serde::de::value::StringDeserializer::<D::Error>::new(t)).map(Some),
+        }
+    }
+}
+
+/// One GPU model on one host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Offer {
+    pub host_id: i64,
+    pub gpu_model: String,
+    /// Memory per GPU, bytes.
+    pub vram_bytes: i64,
+    /// GPUs of this model free right now.
+    pub gpus_free: u32,
+    pub on_demand_micros: i64,
+    pub reserved_micros: i64,
+    pub spot_min_bid_micros: i64,
+    pub location: Option<String>,
+    pub cpu_cores_per_gpu: Option<u32>,
+    pub ram_bytes_per_gpu: Option<u64>,
+    pub disk_bytes_per_gpu: Option<u64>,
+    pub cuda_version: String,
+    pub driver_version: String,
+    /// `nvlink` when the free GPUs are linked by NVLink, else `pcie`.
+    pub interconnect: String,
+    /// Share of the last 7 days (or since enrollment) the host was online, in permille.
+    pub uptime_permille: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct OfferPage {
+    pub offers: Vec<Offer>,
+    /// Offers matching the filters, over all pages.
+    pub total: u64,
+    pub page: u32,
+    pub per_page: u32,
+}
+
+/// "12.4" → 12004; `None` for anything that is not `major.minor`.
+pub fn cuda_version_number(raw: &str) -> Option<i32> {
+    let (major, minor) = raw.trim().split_once('.').unwrap_or((raw.trim(), "0"));
+    let major: i32 = major.parse().ok()?;
+    let minor: i32 = minor.split('.').next()?.parse().ok()?;
+    (0..1000).contains(&minor).then_some(major.checked_mul(1000)?.checked_add(minor)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_parse_from_forms_and_round_trip() {
+        let q: OfferQuery = serde_json::from_value(serde_json::json!({
+            "min_gpus": "2", "min_vram_gib": "", "kind": "spot", "sort": "", "page": 3, "location": "DE"
+        }))
+        .unwrap();
+        assert_eq!(q.min_gpus, Some(2));
+        assert_eq!(q.min_vram_gib, None);
+        assert_eq!(q.kind, Some(RentalKind::Spot));
+        assert_eq!(q.sort, None);
+        assert_eq!(q.page, Some(3));
+        assert_eq!(q.to_query_string(), "min_gpus=2&kind=spot&location=DE&page=3");
+        assert!(serde_json::from_value::<OfferQuery>(serde_json::json!({"min_gpus": "two"})).is_err());
+        assert!(serde_json::from_value::<OfferQuery>(serde_json::json!({"kind": "free"})).is_err());
+    }
+
+    #[test]
+    fn cuda_versions_compare_as_numbers() {
+        assert_eq!(cuda_version_number("12.4"), Some(12004));
+        assert_eq!(cuda_version_number("12"), Some(12000));
+        assert_eq!(cuda_version_number("11.8.1"), Some(11008));
+        assert!(cuda_version_number("12.10").unwrap() > cuda_version_number("12.9").unwrap());
+        for bad in ["", "x", "12.x", "-"] {
+            assert_eq!(cuda_version_number(bad), None, "{bad}");
+        }
+    }
+}

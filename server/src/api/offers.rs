@@ -1,0 +1,27 @@
+//! `/api/v1/offers`: the marketplace search, open to everyone.
+
+use super::{ApiError, ApiResult};
+use axum::{
+    Json,
+    extract::{Query, State, rejection::QueryRejection},
+};
+use cardpool_app::ssr::AppState;
+use cardpool_domain::{
+    AppError,
+    error::ErrorBody,
+    offers::{OfferPage, OfferQuery},
+};
+use cardpool_service::offers;
+
+/// Free GPUs of listed, online hosts, one offer per host and GPU model, filtered and sorted.
+#[utoipa::path(get, path = "/api/v1/offers", operation_id = "list_offers", tag = "offers",
+    params(OfferQuery),
+    responses((status = 200, body = OfferPage), (status = 422, description = "A filter is malformed", body = ErrorBody)))]
+pub async fn list_offers(
+    State(state): State<AppState>,
+    query: Result<Query<OfferQuery>, QueryRejection>,
+) -> ApiResult<Json<OfferPage>> {
+    let Query(query) =
+        query.map_err(|r| ApiError(AppError::Validation { message: r.body_text(), fields: Default::default() }))?;
+    Ok(Json(offers::list_offers(&state.services, &query).await?))
+}

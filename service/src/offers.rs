@@ -1,0 +1,302 @@
+//! Offer search: free GPUs of listed, online hosts, grouped per host and model, filtered,
+//! sorted and paged by the database (one query for the page, one for the total), so it stays
+//! fast with thousands of hosts and always reflects the current state.
+
+use crate::{AppError, AppResult, Services, entities::host_events, internal};
+use cardpool_domain::{
+    host::HostStatus,
+    money::parse_dollars,
+    offers::{Offer, OfferPage, OfferQuery, OfferSort, RentalKind, cuda_version_number},
+};
+use cardpool_protocol::HostFacts;
+use chrono::{DateTime, Duration, Utc};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, FromQueryResult, QueryFilter, QueryOrder, Statement, Value,
+};
+use std::collections::HashMap;
+
+const DEFAULT_PER_PAGE: u32 = 20;
+const MAX_PER_PAGE: u32 = 100;
+const GIB: i64 = 1 << 30;
+/// Uptime is measured over this window (or since enrollment, if shorter).
+const UPTIME_WINDOW_DAYS: i64 = 7;
+
+/// SQL text with positional parameters in the backend's own syntax.
+struct Sql {
+    backend: DbBackend,
+    text: String,
+    values: Vec<Value>,
+}
+
+impl Sql {
+    fn bind(&mut self, value: impl Into<Value>) -> String {
+        self.values.push(value.into());
+        match self.backend {
+            DbBackend::Postgres => format!("${}", self.values.len()),
+            _ => "?".to_owned(),
+        }
+    }
+}
+
+#[derive(Debug, FromQueryResult)]
+struct Row {
+    host_id: i64,
+    location: Option<String>,
+    facts: Option<String>,
+    created_at: DateTime<Utc>,
+    gpu_model: String,
+    gpus_free: i64,
+    vram_bytes: i64,
+    cuda_version: String,
+    driver_version: String,
+    linked: i64,
+    on_demand_micros: i64,
+    reserved_micros: i64,
+    spot_min_bid_micros: i64,
+}
+
+#[derive(Debug, FromQueryResult)]
+struct Count {
+    total: i64,
+}
+
+/// Validated filters.
+struct Filters {
+    kind: RentalKind,
+    sort: OfferSort,
+    page: u32,
+    per_page: u32,
+    max_price: Option<i64>,
+    min_cuda: Option<i32>,
+    location: Option<String>,
+    gpu_model: Option<String>,
+    min_gpus: u32,
+    min_vram: Option<i64>,
+}
+
+fn validate(query: &OfferQuery) -> AppResult<Filters> {
+    let mut fields = cardpool_domain::FieldErrors::new();
+    let max_price = match query.max_price.as_deref().map(str::trim).filter(|p| !p.is_empty()) {
+        Some(raw) => parse_dollars(raw).map_err(|m| fields.insert("max_price".into(), m)).ok(),
+        None => None,
+    };
+    let min_cuda = match query.min_cuda.as_deref().map(str::trim).filter(|c| !c.is_empty()) {
+        Some(raw) => cuda_version_number(raw).or_else(|| {
+            fields.insert("min_cuda".into(), "a CUDA version such as 12.2".into());
+            None
+        }),
+        None => None,
+    };
+    let clean = |raw: &Option<String>| raw.as_deref().map(str::trim).filter(|v| !v.is_empty()).map(str::to_owned);
+    let location = clean(&query.location);
+    if location.as_ref().is_some_and(|l| l.chars().count() > 64) {
+        fields.insert("location".into(), "at most 64 characters".into());
+    }
+    if query.min_gpus.is_some_and(|n| n > 64) {
+        fields.insert("min_gpus".into(), "at most 64".into());
+    }
+    if query.per_page.is_some_and(|n| n == 0 || n > MAX_PER_PAGE) {
+        fields.insert("per_page".into(), format!("between 1 and {MAX_PER_PAGE}"));
+    }
+    if !fields.is_empty() {
+        return Err(AppError::invalid_fields(fields));
+    }
+    Ok(Filters {
+        kind: query.kind.unwrap_or_default(),
+        sort: query.sort.unwrap_or_default(),
+        page: query.page.unwrap_or(1).max(1),
+        per_page: query.per_page.unwrap_or(DEFAULT_PER_PAGE),
+        max_price,
+        min_cuda,
+        location,
+        gpu_model: clean(&query.gpu_model),
+        min_gpus: query.min_gpus.unwrap_or(1).max(1),
+        min_vram: query.min_vram_gib.map(|g| i64::from(g) * GIB),
+    })
+}
+
+/// The offers matching `query`, one page of them. Open to everyone, signed in or not.
+pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<OfferPage> {
+    let filters = validate(query)?;
+    let backend = services.db.get_database_backend();
+    let price_col = match filters.kind {
+        RentalKind::OnDemand => "p.on_demand_micros",
+        RentalKind::Reserved => "p.reserved_micros",
+        RentalKind::Spot => "p.spot_min_bid_micros",
+    };
+    let mut sql = Sql { backend, text: String::new(), values: Vec::new() };
+    let listed = sql.bind(true);
+    let online = sql.bind(HostStatus::Online.as_str());
+    let mut conditions = vec![
+        "g.state = 'available'".to_owned(),
+        format!("h.listed = {listed}"),
+        format!("h.status = {online}"),
+        "h.revoked_at IS NULL".to_owned(),
+    ];
+    if let Some(model) = &filters.gpu_model {
+        conditions.push(format!("g.model = {}", sql.bind(model.clone())));
+    }
+    if let Some(min_vram) = filters.min_vram {
+        conditions.push(format!("g.memory_bytes >= {}", sql.bind(min_vram)));
+    }
+    if let Some(min_cuda) = filters.min_cuda {
+        conditions.push(format!("g.cuda_version_num >= {}", sql.bind(min_cuda)));
+    }
+    if let Some(location) = &filters.location {
+        let pattern = format!("%{}%", location.to_lowercase().replace(['%', '_'], ""));
+        conditions.push(format!("LOWER(h.location) LIKE {}", sql.bind(pattern)));
+    }
+    if let Some(max_price) = filters.max_price {
+        conditions.push(format!("{price_col} <= {}", sql.bind(max_price)));
+    }
+    let min_gpus = sql.bind(i64::from(filters.min_gpus));
+    let grouped = format!(
+        "SELECT h.id AS host_id, h.location AS location, h.facts AS facts, h.created_at AS created_at, \
+         g.model AS gpu_model, COUNT(g.id) AS gpus_free, MIN(g.memory_bytes) AS vram_bytes, \
+         MIN(g.cuda_version) AS cuda_version, MIN(g.driver_version) AS driver_version, \
+         SUM(CASE WHEN g.nvlink_peers <> '[]' THEN 1 ELSE 0 END) AS linked, \
+         p.on_demand_micros AS on_demand_micros, p.reserved_micros AS reserved_micros, \
+         p.spot_min_bid_micros AS spot_min_bid_micros \
+         FROM gpus g JOIN hosts h ON h.id = g.host_id \
+         JOIN host_prices p ON p.host_id = g.host_id AND p.gpu_model = g.model \
+         WHERE {} \
+         GROUP BY h.id, h.location, h.facts, h.created_at, g.model, p.on_demand_micros, p.reserved_micros, p.spot_min_bid_micros \
+         HAVING COUNT(g.id) >= {min_gpus}",
+        conditions.join(" AND ")
+    );
+    let order = match filters.sort {
+        OfferSort::Price => format!("{} ASC", price_col.replace("p.", "")),
+        // Micro-dollars per GiB-hour, in integers: price × 1024 / MiB.
+        OfferSort::PricePerVram => {
+            format!(
+                "({} * 1024) / (CASE WHEN vram_bytes < 1048576 THEN 1 ELSE vram_bytes / 1048576 END) ASC",
+                price_col.replace("p.", "")
+            )
+        }
+        OfferSort::Availability => "gpus_free DESC".to_owned(),
+    };
+
+    let count_sql = format!("SELECT COUNT(*) AS total FROM ({grouped}) AS offers");
+    let total = Count::find_by_statement(Statement::from_sql_and_values(backend, count_sql, sql.values.clone()))
+        .one(&services.db)
+        .await
+        .map_err(internal("counting offers"))?
+        .map_or(0, |c| c.total.max(0) as u64);
+
+    let limit = sql.bind(i64::from(filters.per_page));
+    let offset = sql.bind(i64::from(filters.page - 1) * i64::from(filters.per_page));
+    sql.text = format!(
+        "SELECT * FROM ({grouped}) AS offers ORDER BY {order}, host_id ASC, gpu_model ASC LIMIT {limit} OFFSET {offset}"
+    );
+    let rows = Row::find_by_statement(Statement::from_sql_and_values(backend, sql.text, sql.values))
+        .all(&services.db)
+        .await
+        .map_err(internal("searching offers"))?;
+
+    let uptimes = uptimes(&services.db, &rows).await?;
+    let offers = rows
+        .into_iter()
+        .map(|row| {
+            let facts: Option<HostFacts> = row.facts.as_deref().and_then(|f| serde_json::from_str(f).ok());
+            let gpus = u32::try_from(row.gpus_free).unwrap_or(0);
+            // The host's CPU, RAM and disk shared among the GPUs offered.
+            let host_gpus = gpus.max(1);
+            Offer {
+                host_id: row.host_id,
+                gpu_model: row.gpu_model,
+                vram_bytes: row.vram_bytes,
+                gpus_free: gpus,
+                on_demand_micros: row.on_demand_micros,
+                reserved_micros: row.reserved_micros,
+                spot_min_bid_micros: row.spot_min_bid_micros,
+                location: row.location,
+                cpu_cores_per_gpu: facts.as_ref().map(|f| f.cpu_cores / host_gpus),
+                ram_bytes_per_gpu: facts.as_ref().map(|f| f.ram_bytes / u64::from(host_gpus)),
+                disk_bytes_per_gpu: facts.as_ref().map(|f| f.disk_bytes / u64::from(host_gpus)),
+                cuda_version: row.cuda_version,
+                driver_version: row.driver_version,
+                interconnect: if row.linked >= 2 { "nvlink" } else { "pcie" }.to_owned(),
+                uptime_permille: uptimes.get(&row.host_id).copied().unwrap_or(0),
+            }
+        })
+        .collect();
+    Ok(OfferPage { offers, total, page: filters.page, per_page: filters.per_page })
+}
+
+/// Uptime of each host on the page, from its recorded status transitions.
+async fn uptimes(conn: &impl ConnectionTrait, rows: &[Row]) -> AppResult<HashMap<i64, u32>> {
+    let now = Utc::now();
+    let window_start = now - Duration::days(UPTIME_WINDOW_DAYS);
+    let mut out = HashMap::new();
+    let ids: Vec<i64> = rows.iter().map(|r| r.host_id).collect();
+    if ids.is_empty() {
+        return Ok(out);
+    }
+    let events = host_events::Entity::find()
+        .filter(host_events::Column::HostId.is_in(ids))
+        .order_by_asc(host_events::Column::Id)
+        .all(conn)
+        .await
+        .map_err(internal("loading host events"))?;
+    for row in rows {
+        let transitions: Vec<(DateTime<Utc>, bool)> = events
+            .iter()
+            .filter(|e| e.host_id == row.host_id)
+            .map(|e| (e.at, e.status == HostStatus::Online.as_str()))
+            .collect();
+        out.insert(row.host_id, uptime_permille(&transitions, row.created_at.max(window_start), now));
+    }
+    Ok(out)
+}
+
+/// Permille of `[from, to)` spent online, given status transitions in time order (a host is
+/// offline until its first transition to online).
+pub fn uptime_permille(transitions: &[(DateTime<Utc>, bool)], from: DateTime<Utc>, to: DateTime<Utc>) -> u32 {
+    let span = (to - from).num_milliseconds();
+    if span <= 0 {
+        return 0;
+    }
+    let mut online = false;
+    let mut since = from;
+    let mut up = 0i64;
+    for &(at, is_online) in transitions {
+        let at = at.clamp(from, to);
+        if online {
+            up += (at - since).num_milliseconds();
+        }
+        online = is_online;
+        since = at;
+    }
+    if online {
+        up += (to - since).num_milliseconds();
+    }
+    u32::try_from(up * 1000 / span).unwrap_or(1000).min(1000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn t(secs: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_700_000_000 + secs, 0).unwrap()
+    }
+
+    #[test]
+    fn uptime_counts_online_intervals() {
+        assert_eq!(uptime_permille(&[], t(0), t(100)), 0);
+        assert_eq!(uptime_permille(&[(t(0), true)], t(0), t(100)), 1000);
+        assert_eq!(uptime_permille(&[(t(0), true), (t(25), false), (t(50), true)], t(0), t(100)), 750);
+        // Transitions before the window count as the state at its start.
+        assert_eq!(uptime_permille(&[(t(-50), true), (t(90), false)], t(0), t(100)), 900);
+    }
+
+    proptest! {
+        #[test]
+        fn uptime_is_a_permille(steps in proptest::collection::vec((0i64..1000, any::<bool>()), 0..20)) {
+            let mut at = 0;
+            let transitions: Vec<_> = steps.into_iter().map(|(d, on)| { at += d; (t(at), on) }).collect();
+            prop_assert!(uptime_permille(&transitions, t(0), t(10_000)) <= 1000);
+        }
+    }
+}
