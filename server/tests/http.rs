@@ -298,9 +298,21 @@ async fn pages_health_and_headers(backend: Backend) {
     assert!(html.contains("Rent GPUs by the second"));
     assert!(html.contains(&format!("nonce=\"{nonce}\"")), "hydration script carries the nonce");
 
-    for page in ["/sign-up", "/sign-in", "/account", "/account/tokens"] {
+    for page in
+        ["/sign-up", "/sign-in", "/account", "/account/tokens", "/offers", "/offers?kind=spot&min_gpus=", "/wallet"]
+    {
         assert_eq!(client.get(app.url(page)).send().await.unwrap().status(), StatusCode::OK, "{page}");
     }
+    // The market is public; malformed filters are a clear 422.
+    let offers: Value =
+        client.get(app.url("/api/v1/offers?kind=spot&min_gpus=")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(offers["total"], 0);
+    let bad = client.get(app.url("/api/v1/offers?min_gpus=two")).send().await.unwrap();
+    assert_eq!(bad.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let bad = client.get(app.url("/api/v1/offers?max_price=cheap")).send().await.unwrap();
+    assert_eq!(bad.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(bad.json::<Value>().await.unwrap()["fields"]["max_price"].is_string());
+
     let missing = client.get(app.url("/no/such/page")).send().await.unwrap();
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
     assert!(missing.text().await.unwrap().contains("Page not found"));
@@ -315,9 +327,22 @@ async fn pages_health_and_headers(backend: Backend) {
         })
         .collect();
     ids.sort();
-    for expected in
-        ["sign_up", "sign_in", "sign_out", "get_me", "create_api_token", "list_api_tokens", "revoke_api_token"]
-    {
+    for expected in [
+        "sign_up",
+        "sign_in",
+        "sign_out",
+        "get_me",
+        "create_api_token",
+        "list_api_tokens",
+        "revoke_api_token",
+        "list_offers",
+        "get_wallet",
+        "create_top_up",
+        "list_transactions",
+        "get_earnings",
+        "request_payout",
+        "admin_credit",
+    ] {
         assert!(ids.iter().any(|id| id == expected), "{expected} missing from {ids:?}");
     }
 }

@@ -1,0 +1,37 @@
+import { expect, test } from "@playwright/test";
+import { failOnCspViolations, snap } from "./support";
+
+// A visitor browses the demo market: the simulated hosts are live, listed offers; filters live
+// in the URL, so a search can be shared.
+failOnCspViolations();
+
+test("a visitor finds GPUs by filters that live in the URL", async ({ page }) => {
+  await page.goto("/");
+  await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Find GPUs" }).click();
+  await expect(page.getByRole("heading", { name: "Find GPUs" })).toBeVisible();
+  // The demo's four simulated hosts report, get priced and listed within seconds of start.
+  await expect(page.getByTestId("offer")).toHaveCount(4, { timeout: 30_000 });
+  await expect(page.getByTestId("offer-count")).toContainText("4 offers");
+  await snap(page, "offers");
+
+  await page.getByLabel("Location").fill("DE");
+  await page.getByLabel("Sort by").selectOption("availability");
+  await page.getByRole("button", { name: "Search" }).click();
+  await expect(page).toHaveURL(/location=DE/);
+  await expect(page).toHaveURL(/sort=availability/);
+  const offers = page.getByTestId("offer");
+  await expect(offers).toHaveCount(2);
+  // Most free GPUs first: the 8× H100 host before the 4× L40S one.
+  await expect(offers.first().getByTestId("offer-free")).toHaveText("8 free");
+  await expect(offers.nth(1).getByTestId("offer-free")).toHaveText("4 free");
+
+  // The same URL, opened fresh, shows the same search.
+  await page.goto(page.url());
+  await expect(page.getByTestId("offer")).toHaveCount(2);
+  await expect(page.getByLabel("Location")).toHaveValue("DE");
+
+  // A malformed filter is explained, not ignored.
+  await page.goto("/offers?max_price=cheap");
+  await expect(page.getByRole("alert")).toContainText("max price");
+  await snap(page, "offers-bad-filter");
+});
