@@ -168,7 +168,8 @@ pub struct Offer {
     pub reserved_micros: i64,
     pub spot_min_bid_micros: i64,
     pub location: Option<String>,
-    pub cpu_cores_per_gpu: Option<u32>,
+    /// Thousandths of a CPU core per GPU (hosts may have fewer cores than GPUs).
+    pub cpu_millicores_per_gpu: Option<u32>,
     pub ram_bytes_per_gpu: Option<u64>,
     pub disk_bytes_per_gpu: Option<u64>,
     pub cuda_version: String,

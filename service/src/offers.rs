@@ -210,7 +210,7 @@ pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<O
                 reserved_micros: row.reserved_micros,
                 spot_min_bid_micros: row.spot_min_bid_micros,
                 location: row.location,
-                cpu_cores_per_gpu: facts.as_ref().map(|f| f.cpu_cores / host_gpus),
+                cpu_millicores_per_gpu: facts.as_ref().map(|f| f.cpu_cores.saturating_mul(1000) / host_gpus),
                 ram_bytes_per_gpu: facts.as_ref().map(|f| f.ram_bytes / u64::from(host_gpus)),
                 disk_bytes_per_gpu: facts.as_ref().map(|f| f.disk_bytes / u64::from(host_gpus)),
                 cuda_version: row.cuda_version,

@@ -149,7 +149,7 @@ async fn only_live_listed_hosts_are_offered(backend: Backend) {
     assert_eq!(frankfurt.gpus_free, 8);
     assert_eq!(frankfurt.interconnect, "nvlink");
     assert_eq!(frankfurt.vram_bytes, 80 << 30);
-    assert_eq!(frankfurt.cpu_cores_per_gpu, Some(8));
+    assert_eq!(frankfurt.cpu_millicores_per_gpu, Some(8000));
     assert_eq!(frankfurt.reserved_micros, 1_992_000);
     // Online since its first heartbeat, a moment after enrollment (the arithmetic is unit-tested).
     assert!((1..=1000).contains(&frankfurt.uptime_permille), "{}", frankfurt.uptime_permille);

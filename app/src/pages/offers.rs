@@ -154,7 +154,10 @@ fn OfferCard(offer: Offer, kind: RentalKind) -> impl IntoView {
         }
     };
     let per_gpu = [
-        offer.cpu_cores_per_gpu.map(|c| format!("{c} vCPU")),
+        offer.cpu_millicores_per_gpu.map(|m| {
+            let text = format!("{}.{:03}", m / 1000, m % 1000);
+            format!("{} vCPU", text.trim_end_matches('0').trim_end_matches('.'))
+        }),
         offer.ram_bytes_per_gpu.map(|b| format!("{} RAM", gib(b as i64))),
         offer.disk_bytes_per_gpu.map(|b| format!("{} disk", gib(b as i64))),
     ]
