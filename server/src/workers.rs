@@ -1,11 +1,11 @@
 //! Background work the server runs beside the HTTP stack.
 
-use cardpool_service::{Services, hosts, payouts, session_store::DbSessionStore};
+use cardpool_service::{Services, hosts, ledger, payouts, session_store::DbSessionStore};
 use std::time::Duration;
 use tower_sessions::ExpiredDeletion;
 
-/// Starts the background workers: the host liveness reaper, expired-session cleanup and the
-/// retry of payouts Stripe has not confirmed.
+/// Starts the background workers: the host liveness reaper, expired-session cleanup, the
+/// retry of payouts Stripe has not confirmed, and an hourly audit of the ledger.
 pub fn spawn(services: &Services, offline_grace: Duration) {
     let reaper = services.clone();
     tokio::spawn(async move {
@@ -40,6 +40,22 @@ pub fn spawn(services: &Services, offline_grace: Duration) {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(settled = n, "pending payouts settled"),
                 Err(err) => tracing::warn!(error = %err, "payout retry failed; will retry"),
+            }
+        }
+    });
+
+    // Cached balances must equal the postings, every entry must balance, money is conserved.
+    let auditor = services.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(3600));
+        loop {
+            every.tick().await;
+            match ledger::verify(&auditor.db).await {
+                Ok(check) if check.is_sound() => {
+                    tracing::info!(transactions = check.transactions, accounts = check.accounts, "ledger audit passed")
+                }
+                Ok(check) => tracing::error!(?check, "LEDGER AUDIT FAILED: balances do not match postings"),
+                Err(err) => tracing::warn!(error = %err, "ledger audit could not run; will retry"),
             }
         }
     });
