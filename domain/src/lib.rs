@@ -11,5 +11,6 @@ pub mod host;
 pub mod money;
 pub mod offers;
 pub mod payments;
+pub mod rentals;
 
 pub use error::{AppError, FieldErrors};

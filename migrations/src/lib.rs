@@ -13,6 +13,7 @@ mod m20261130_000003_host_pricing;
 mod m20261130_000004_host_self_test;
 mod m20261130_000005_ledger_and_payments;
 mod m20261130_000006_offer_search;
+mod m20261130_000007_rentals;
 
 pub struct Migrator;
 
@@ -26,6 +27,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000004_host_self_test::Migration),
             Box::new(m20261130_000005_ledger_and_payments::Migration),
             Box::new(m20261130_000006_offer_search::Migration),
+            Box::new(m20261130_000007_rentals::Migration),
         ]
     }
 }

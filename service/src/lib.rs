@@ -18,6 +18,7 @@ pub mod passwords;
 pub mod payments;
 pub mod payouts;
 pub mod rate_limit;
+pub mod rentals;
 pub mod session_store;
 pub mod stripe;
 #[cfg(feature = "test-support")]

@@ -127,11 +127,18 @@ pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<O
     let mut sql = Sql { backend, text: String::new(), values: Vec::new() };
     let listed = sql.bind(true);
     let online = sql.bind(HostStatus::Online.as_str());
+    let at = Utc::now();
+    let (active, now, also_now) = (sql.bind(true), sql.bind(at), sql.bind(at));
     let mut conditions = vec![
         "g.state = 'available'".to_owned(),
         format!("h.listed = {listed}"),
         format!("h.status = {online}"),
         "h.revoked_at IS NULL".to_owned(),
+        // Held by a rental right now: not free.
+        format!(
+            "NOT EXISTS (SELECT 1 FROM rental_gpus rg WHERE rg.gpu_id = g.id AND rg.active = {active} \
+             AND rg.starts_at <= {now} AND rg.ends_at > {also_now})"
+        ),
     ];
     if let Some(model) = &filters.gpu_model {
         conditions.push(format!("g.model = {}", sql.bind(model.clone())));

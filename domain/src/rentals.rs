@@ -1,0 +1,159 @@
+//! Rentals: who holds which GPUs, in which state.
+//!
+//! One state machine serves every rental kind. Each transition is recorded with its time and
+//! reason; billing reads the transitions (ready → stop), never telemetry.
+
+use crate::offers::RentalKind;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum RentalState {
+    /// Booked; GPUs allocated; waiting for the agent.
+    Requested,
+    /// The agent is attaching the GPUs and starting the workload.
+    Provisioning,
+    /// The workload reported ready; billing runs.
+    Running,
+    /// Stop requested; the agent is detaching.
+    Stopping,
+    Ended,
+    /// A spot rental got its preemption notice.
+    Preempting,
+    Preempted,
+    /// The workload or the agent failed before or while running.
+    Failed,
+    /// The host went offline under a running rental.
+    Interrupted,
+}
+
+impl RentalState {
+    pub const ALL: [RentalState; 9] = [
+        RentalState::Requested,
+        RentalState::Provisioning,
+        RentalState::Running,
+        RentalState::Stopping,
+        RentalState::Ended,
+        RentalState::Preempting,
+        RentalState::Preempted,
+        RentalState::Failed,
+        RentalState::Interrupted,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RentalState::Requested => "requested",
+            RentalState::Provisioning => "provisioning",
+            RentalState::Running => "running",
+            RentalState::Stopping => "stopping",
+            RentalState::Ended => "ended",
+            RentalState::Preempting => "preempting",
+            RentalState::Preempted => "preempted",
+            RentalState::Failed => "failed",
+            RentalState::Interrupted => "interrupted",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.as_str() == raw)
+    }
+
+    /// No way out: the GPUs are released.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, RentalState::Ended | RentalState::Preempted | RentalState::Failed | RentalState::Interrupted)
+    }
+
+    /// The edges of the state machine.
+    pub fn can_become(self, next: RentalState) -> bool {
+        use RentalState::*;
+        matches!(
+            (self, next),
+            (Requested, Provisioning | Stopping | Failed | Interrupted | Preempting)
+                | (Provisioning, Running | Stopping | Failed | Interrupted | Preempting)
+                | (Running, Stopping | Failed | Interrupted | Preempting)
+                | (Preempting, Preempted | Failed | Interrupted)
+                | (Stopping, Ended | Failed | Interrupted)
+        )
+    }
+}
+
+/// What the renter runs on the GPUs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Workload {
+    /// A command line (process runtime) ...
+    #[serde(default)]
+    pub command: Option<String>,
+    /// ... or a container image (container runtime).
+    #[serde(default)]
+    pub image: Option<String>,
+    /// Environment variables, `NAME=value`.
+    #[serde(default)]
+    pub env: Vec<String>,
+    /// OpenSSH public key allowed into the workload.
+    #[serde(default)]
+    pub ssh_public_key: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BookOfferRequest {
+    pub host_id: i64,
+    pub gpu_model: String,
+    pub gpu_count: u32,
+    #[serde(default)]
+    pub kind: RentalKind,
+    pub workload: Workload,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Rental {
+    pub id: i64,
+    pub host_id: i64,
+    pub gpu_model: String,
+    pub gpu_count: u32,
+    pub kind: RentalKind,
+    pub state: RentalState,
+    /// Price per GPU-hour the rental is billed at, micro-dollars.
+    pub price_micros: i64,
+    /// Device indexes of the allocated GPUs on the host.
+    pub gpu_indexes: Vec<u32>,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any walk along allowed edges ends somewhere sensible: terminal states have no way
+        /// out, and nothing ever returns to `requested`.
+        #[test]
+        fn walks_respect_the_machine(choices in proptest::collection::vec(0usize..9, 0..30)) {
+            let mut state = RentalState::Requested;
+            for choice in choices {
+                let next = RentalState::ALL[choice];
+                if state.can_become(next) {
+                    prop_assert!(!state.is_terminal());
+                    prop_assert_ne!(next, RentalState::Requested);
+                    state = next;
+                }
+            }
+            for next in RentalState::ALL {
+                if state.is_terminal() {
+                    prop_assert!(!state.can_become(next));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for s in RentalState::ALL {
+            assert_eq!(RentalState::parse(s.as_str()), Some(s));
+        }
+    }
+}
