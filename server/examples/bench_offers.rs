@@ -7,6 +7,7 @@
 //! ```
 //! Prints requests per second and latency percentiles per URL. Environment: `BENCH_HOSTS`
 //! (10000), `BENCH_SECONDS` (10), `BENCH_CONCURRENCY` (16).
+#![allow(clippy::print_stdout)] // printing the figures is the point
 
 use cardpool_server::{Config, http};
 use cardpool_service::{
