@@ -124,13 +124,16 @@ pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<O
         RentalKind::Reserved => "p.reserved_micros",
         RentalKind::Spot => "p.spot_min_bid_micros",
     };
-    // GPUs are aggregated per (host, model) first; hosts and prices join the aggregate. Binds
-    // are made in the order their placeholders appear in the text (SQLite's `?` is positional).
     let mut sql = Sql { backend, text: String::new(), values: Vec::new() };
+    let listed = sql.bind(true);
+    let online = sql.bind(HostStatus::Online.as_str());
     let at = Utc::now();
     let (active, now, also_now) = (sql.bind(true), sql.bind(at), sql.bind(at));
-    let mut gpu_conditions = vec![
+    let mut conditions = vec![
         "g.state = 'available'".to_owned(),
+        format!("h.listed = {listed}"),
+        format!("h.status = {online}"),
+        "h.revoked_at IS NULL".to_owned(),
         // Held by a rental right now: not free.
         format!(
             "NOT EXISTS (SELECT 1 FROM rental_gpus rg WHERE rg.gpu_id = g.id AND rg.active = {active} \
@@ -138,42 +141,35 @@ pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<O
         ),
     ];
     if let Some(model) = &filters.gpu_model {
-        gpu_conditions.push(format!("g.model = {}", sql.bind(model.clone())));
+        conditions.push(format!("g.model = {}", sql.bind(model.clone())));
     }
     if let Some(min_vram) = filters.min_vram {
-        gpu_conditions.push(format!("g.memory_bytes >= {}", sql.bind(min_vram)));
+        conditions.push(format!("g.memory_bytes >= {}", sql.bind(min_vram)));
     }
     if let Some(min_cuda) = filters.min_cuda {
-        gpu_conditions.push(format!("g.cuda_version_num >= {}", sql.bind(min_cuda)));
+        conditions.push(format!("g.cuda_version_num >= {}", sql.bind(min_cuda)));
     }
-    let min_gpus = sql.bind(i64::from(filters.min_gpus));
-    let listed = sql.bind(true);
-    let online = sql.bind(HostStatus::Online.as_str());
-    let mut host_conditions =
-        vec![format!("h.listed = {listed}"), format!("h.status = {online}"), "h.revoked_at IS NULL".to_owned()];
     if let Some(location) = &filters.location {
         let pattern = format!("%{}%", location.to_lowercase().replace(['%', '_'], ""));
-        host_conditions.push(format!("LOWER(h.location) LIKE {}", sql.bind(pattern)));
+        conditions.push(format!("LOWER(h.location) LIKE {}", sql.bind(pattern)));
     }
     if let Some(max_price) = filters.max_price {
-        host_conditions.push(format!("{price_col} <= {}", sql.bind(max_price)));
+        conditions.push(format!("{price_col} <= {}", sql.bind(max_price)));
     }
+    let min_gpus = sql.bind(i64::from(filters.min_gpus));
     let grouped = format!(
-        "SELECT a.host_id AS host_id, h.location AS location, h.facts AS facts, h.created_at AS created_at, \
-         a.gpu_model AS gpu_model, a.gpus_free AS gpus_free, a.vram_bytes AS vram_bytes, \
-         a.cuda_version AS cuda_version, a.driver_version AS driver_version, a.linked AS linked, \
+        "SELECT h.id AS host_id, h.location AS location, h.facts AS facts, h.created_at AS created_at, \
+         g.model AS gpu_model, COUNT(g.id) AS gpus_free, MIN(g.memory_bytes) AS vram_bytes, \
+         MIN(g.cuda_version) AS cuda_version, MIN(g.driver_version) AS driver_version, \
+         SUM(CASE WHEN g.nvlink_peers <> '[]' THEN 1 ELSE 0 END) AS linked, \
          p.on_demand_micros AS on_demand_micros, p.reserved_micros AS reserved_micros, \
          p.spot_min_bid_micros AS spot_min_bid_micros \
-         FROM (SELECT g.host_id AS host_id, g.model AS gpu_model, COUNT(g.id) AS gpus_free, \
-               MIN(g.memory_bytes) AS vram_bytes, MIN(g.cuda_version) AS cuda_version, \
-               MIN(g.driver_version) AS driver_version, \
-               SUM(CASE WHEN g.nvlink_peers <> '[]' THEN 1 ELSE 0 END) AS linked \
-               FROM gpus g WHERE {} GROUP BY g.host_id, g.model HAVING COUNT(g.id) >= {min_gpus}) a \
-         JOIN hosts h ON h.id = a.host_id \
-         JOIN host_prices p ON p.host_id = a.host_id AND p.gpu_model = a.gpu_model \
-         WHERE {}",
-        gpu_conditions.join(" AND "),
-        host_conditions.join(" AND ")
+         FROM gpus g JOIN hosts h ON h.id = g.host_id \
+         JOIN host_prices p ON p.host_id = g.host_id AND p.gpu_model = g.model \
+         WHERE {} \
+         GROUP BY h.id, h.location, h.facts, h.created_at, g.model, p.on_demand_micros, p.reserved_micros, p.spot_min_bid_micros \
+         HAVING COUNT(g.id) >= {min_gpus}",
+        conditions.join(" AND ")
     );
     let order = match filters.sort {
         OfferSort::Price => format!("{} ASC", price_col.replace("p.", "")),
