@@ -5,11 +5,18 @@
 //! retrying cannot fix (revoked host, unsupported protocol) ends the agent with a clear error.
 //! SIGTERM or Ctrl-C closes the connection cleanly and exits 0.
 
-use crate::{gpu::GpuSource, host, state::AgentState};
+use crate::{
+    gpu::GpuSource,
+    host,
+    runtime::{ContainerRuntime, ProcessRuntime, Runtime},
+    state::AgentState,
+    supervisor::{StatusUpdate, Supervisor},
+};
 use cardpool_protocol::{AgentMessage, Inventory, PROTOCOL_VERSION, ServerMessage};
 use futures_util::{SinkExt, StreamExt};
 use rand::Rng;
-use std::time::Duration;
+use std::{path::PathBuf, sync::Arc, time::Duration};
+use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_tungstenite::tungstenite::{self, Message, client::IntoClientRequest, http::HeaderValue};
 
 const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
@@ -77,15 +84,26 @@ fn inventory(source: &dyn GpuSource, location: &Option<String>) -> Result<Invent
     })
 }
 
-/// Runs until shut down or refused for good.
-pub async fn run(state: &AgentState, source: &dyn GpuSource, location: Option<String>) -> Result<(), String> {
+/// Runs until shut down or refused for good. Rentals' workloads run in `rentals_dir` (one
+/// directory each) and keep running across reconnects.
+pub async fn run(
+    state: &AgentState,
+    source: &dyn GpuSource,
+    location: Option<String>,
+    rentals_dir: PathBuf,
+) -> Result<(), String> {
     let url = gateway_url(&state.server)?;
+    let container = ContainerRuntime::detect().map(|r| Arc::new(r) as Arc<dyn Runtime>);
+    if container.is_none() {
+        eprintln!("cardpool-agent: no Docker with the NVIDIA runtime here; rentals may run commands, not images");
+    }
+    let (supervisor, mut updates) = Supervisor::new(rentals_dir, Arc::new(ProcessRuntime), container);
     let mut backoff = Backoff::new();
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
     loop {
         let ended = tokio::select! {
-            ended = session(&url, state, source, &location, &mut backoff) => ended,
+            ended = session(&url, state, source, &location, &mut backoff, &supervisor, &mut updates) => ended,
             () = &mut shutdown => Ended::Shutdown,
         };
         match ended {
@@ -112,6 +130,8 @@ async fn session(
     source: &dyn GpuSource,
     location: &Option<String>,
     backoff: &mut Backoff,
+    supervisor: &Supervisor,
+    updates: &mut UnboundedReceiver<StatusUpdate>,
 ) -> Ended {
     let mut request = match url.into_client_request() {
         Ok(request) => request,
@@ -148,6 +168,7 @@ async fn session(
                 Duration::from_secs(heartbeat_interval_secs.max(1))
             }
             Ok(ServerMessage::Refused { reason }) => return Ended::Refused(reason),
+            Ok(other) => return Ended::Dropped(format!("unexpected answer to hello: {other:?}")),
             Err(err) => return Ended::Dropped(format!("unexpected answer to hello: {err}")),
         },
         Some(Ok(other)) => return Ended::Dropped(format!("unexpected answer to hello: {other:?}")),
@@ -183,8 +204,9 @@ async fn session(
         let outgoing = tokio::select! {
             _ = heartbeat.tick() => {
                 sequence += 1;
-                AgentMessage::Heartbeat { sequence }
+                AgentMessage::Heartbeat { sequence, rentals: supervisor.running() }
             }
+            Some((rental_id, status)) = updates.recv() => AgentMessage::RentalStatus { rental_id, status },
             _ = refresh.tick() => {
                 match inventory(source, location) {
                     Ok(current) if current != last_inventory => {
@@ -208,6 +230,18 @@ async fn session(
             frame = rx.next() => match frame {
                 Some(Ok(Message::Text(text))) => match serde_json::from_str::<ServerMessage>(&text) {
                     Ok(ServerMessage::Refused { reason }) => return Ended::Refused(reason),
+                    Ok(ServerMessage::Attach(spec)) => {
+                        supervisor.attach(spec);
+                        continue;
+                    }
+                    Ok(ServerMessage::PreemptNotice { rental_id, grace_secs }) => {
+                        supervisor.preempt(rental_id, Duration::from_secs(grace_secs)).await;
+                        continue;
+                    }
+                    Ok(ServerMessage::Detach { rental_id }) => {
+                        supervisor.detach(rental_id);
+                        continue;
+                    }
                     _ => continue,
                 },
                 Some(Ok(Message::Close(_))) | None => return Ended::Dropped("server closed the connection".into()),
@@ -280,7 +314,9 @@ mod tests {
         let state = AgentState { server: format!("https://127.0.0.1:{port}"), host_id: 1, credential: "cph_x".into() };
         let source = crate::gpu::simulated::SimulatedSource::new("1xL40S-48GB", "t", vec![]).unwrap();
         let url = gateway_url(&state.server).unwrap();
-        match session(&url, &state, &source, &None, &mut Backoff::new()).await {
+        let (supervisor, mut updates) =
+            Supervisor::new(std::env::temp_dir().join("cardpool-tls-test"), Arc::new(ProcessRuntime), None);
+        match session(&url, &state, &source, &None, &mut Backoff::new(), &supervisor, &mut updates).await {
             Ended::Dropped(reason) => assert!(!reason.is_empty()),
             Ended::Refused(reason) => panic!("a network failure must be retried, got refusal: {reason}"),
             Ended::Shutdown => unreachable!(),

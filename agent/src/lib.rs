@@ -5,5 +5,7 @@ pub mod connection;
 pub mod enrollment;
 pub mod gpu;
 pub mod host;
+pub mod runtime;
+pub mod supervisor;
 pub mod selftest;
 pub mod state;

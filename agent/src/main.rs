@@ -108,10 +108,11 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Run { state_dir, source } => {
-            let saved = state::load(&state_dir.unwrap_or_else(state::default_dir))?;
+            let dir = state_dir.unwrap_or_else(state::default_dir);
+            let saved = state::load(&dir)?;
             let hostname = host::host_facts(None).hostname;
             let gpus = source.open(&hostname)?;
-            connection::run(&saved, gpus.as_ref(), source.location.clone()).await?;
+            connection::run(&saved, gpus.as_ref(), source.location.clone(), dir.join("rentals")).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Inventory { json, source } => {

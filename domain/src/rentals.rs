@@ -69,7 +69,7 @@ impl RentalState {
         use RentalState::*;
         matches!(
             (self, next),
-            (Requested, Provisioning | Stopping | Failed | Interrupted | Preempting)
+            (Requested, Provisioning | Stopping | Ended | Failed | Interrupted | Preempting)
                 | (Provisioning, Running | Stopping | Failed | Interrupted | Preempting)
                 | (Running, Stopping | Failed | Interrupted | Preempting)
                 | (Preempting, Preempted | Failed | Interrupted)
@@ -96,6 +96,23 @@ pub struct Workload {
     pub ssh_public_key: Option<String>,
 }
 
+impl RentalState {
+    /// Words for people.
+    pub fn label(self) -> &'static str {
+        match self {
+            RentalState::Requested => "Requested",
+            RentalState::Provisioning => "Provisioning",
+            RentalState::Running => "Running",
+            RentalState::Stopping => "Stopping",
+            RentalState::Ended => "Ended",
+            RentalState::Preempting => "Preempting",
+            RentalState::Preempted => "Preempted",
+            RentalState::Failed => "Failed",
+            RentalState::Interrupted => "Interrupted",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BookOfferRequest {
@@ -105,6 +122,14 @@ pub struct BookOfferRequest {
     #[serde(default)]
     pub kind: RentalKind,
     pub workload: Workload,
+    /// Spot only: the most the renter pays per GPU-hour, micro-dollars.
+    #[serde(default)]
+    pub bid_micros: Option<i64>,
+    /// Reserved only: the window, whole hours, starting in the future.
+    #[serde(default)]
+    pub starts_at: Option<chrono::DateTime<chrono::Utc>>,
+    #[serde(default)]
+    pub hours: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -112,15 +137,61 @@ pub struct BookOfferRequest {
 pub struct Rental {
     pub id: i64,
     pub host_id: i64,
+    /// The host's name and location, as renters see it.
+    pub host_label: String,
     pub gpu_model: String,
     pub gpu_count: u32,
     pub kind: RentalKind,
     pub state: RentalState,
-    /// Price per GPU-hour the rental is billed at, micro-dollars.
+    /// Price per GPU-hour the rental is billed at now, micro-dollars (spot: the clearing price).
     pub price_micros: i64,
+    /// Spot: the renter's bid per GPU-hour.
+    pub bid_micros: Option<i64>,
     /// Device indexes of the allocated GPUs on the host.
     pub gpu_indexes: Vec<u32>,
+    pub workload: Workload,
+    pub starts_at: chrono::DateTime<chrono::Utc>,
+    pub ends_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// When the agent reported the workload ready (billing starts).
+    pub running_since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Seconds billed so far and what they cost, micro-dollars.
+    pub billed_seconds: i64,
+    pub charged_micros: i64,
+    /// A warning for the renter (low balance, preemption notice), if any.
+    pub notice: Option<String>,
     pub created_at: chrono::DateTime<chrono::Utc>,
+}
+
+impl Rental {
+    /// Holding or about to hold GPUs.
+    pub fn is_live(&self) -> bool {
+        !self.state.is_terminal()
+    }
+}
+
+/// A new bid for a spot rental.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ChangeBidRequest {
+    /// Per GPU-hour, micro-dollars.
+    pub bid_micros: i64,
+}
+
+/// One recorded transition of a rental.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RentalEvent {
+    pub state: RentalState,
+    pub reason: String,
+    pub at: chrono::DateTime<chrono::Utc>,
+}
+
+/// A rental with its timeline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RentalDetail {
+    pub rental: Rental,
+    pub events: Vec<RentalEvent>,
 }
 
 #[cfg(test)]

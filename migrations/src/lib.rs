@@ -14,6 +14,7 @@ mod m20261130_000004_host_self_test;
 mod m20261130_000005_ledger_and_payments;
 mod m20261130_000006_offer_search;
 mod m20261130_000007_rentals;
+mod m20261130_000008_rental_lifecycle;
 
 pub struct Migrator;
 
@@ -28,6 +29,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000005_ledger_and_payments::Migration),
             Box::new(m20261130_000006_offer_search::Migration),
             Box::new(m20261130_000007_rentals::Migration),
+            Box::new(m20261130_000008_rental_lifecycle::Migration),
         ]
     }
 }

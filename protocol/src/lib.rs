@@ -117,8 +117,16 @@ pub enum AgentMessage {
     Hello { protocol: ProtocolVersion, agent_version: String, host_id: i64 },
     /// On connect and whenever it changes.
     Inventory(Inventory),
-    /// Every `heartbeat_interval_secs`.
-    Heartbeat { sequence: u64 },
+    /// Every `heartbeat_interval_secs`. `rentals` lists the rentals whose workloads the agent
+    /// is running, so the server can detach any it no longer knows as live.
+    Heartbeat {
+        sequence: u64,
+        #[serde(default)]
+        rentals: Vec<i64>,
+    },
+    /// What happened to a rental's workload; sent on every change and again whenever the
+    /// server repeats a command (the agent's answers are idempotent).
+    RentalStatus { rental_id: i64, status: WorkloadStatus },
     /// The host's self-test, on connect and whenever its outcome changes.
     SelfTest(SelfTestReport),
 }
@@ -156,4 +164,47 @@ pub enum ServerMessage {
     /// The connection is refused or ended (unsupported protocol, revoked host, bad message);
     /// the server closes the socket after sending it.
     Refused { reason: String },
+    /// Give these GPUs to this workload and start it. Repeated until the agent reports the
+    /// workload ready (or failed); an agent already running it just reports its status again.
+    Attach(AttachSpec),
+    /// A spot rental is being preempted: tell the workload (SIGTERM plus a notice file) and
+    /// stop it when `grace_secs` have passed since the notice was first given.
+    PreemptNotice { rental_id: i64, grace_secs: u64 },
+    /// Stop the workload and take its GPUs back. Answered with `RentalStatus::Detached` even
+    /// when the agent has nothing running for that rental.
+    Detach { rental_id: i64 },
+}
+
+/// Everything the agent needs to run a renter's workload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttachSpec {
+    pub rental_id: i64,
+    /// Device indexes (what `CUDA_VISIBLE_DEVICES` takes), sorted.
+    pub gpu_indexes: Vec<u32>,
+    /// The same GPUs by UUID (what `NVIDIA_VISIBLE_DEVICES` and Docker's `--gpus` take).
+    pub gpu_uuids: Vec<String>,
+    /// A shell command (process runtime) ...
+    pub command: Option<String>,
+    /// ... or a container image (container runtime).
+    pub image: Option<String>,
+    /// `NAME=value` pairs.
+    pub env: Vec<String>,
+    pub ssh_public_key: Option<String>,
+}
+
+/// A workload's state as the agent sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum WorkloadStatus {
+    /// The GPUs are being attached and the workload started.
+    Provisioning,
+    /// The workload is up: billing starts.
+    Ready,
+    /// The workload ended on its own or after a notice/detach; `code` is its exit status
+    /// (`None` when killed by a signal).
+    Exited { code: Option<i32> },
+    /// It could not be started (bad image, missing runtime, ...).
+    Failed { reason: String },
+    /// Nothing of this rental runs on the host any more (answer to `Detach`).
+    Detached,
 }

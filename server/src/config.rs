@@ -71,6 +71,12 @@ pub struct Config {
     pub stripe_api_base: Option<String>,
     /// Run the bundled local test-mode Stripe when no key is set, outside `--demo` too.
     pub stripe_local: bool,
+    /// Seconds a preempted spot workload gets between its notice and being stopped.
+    pub preemption_notice_secs: u32,
+    /// Warn a renter when their balance covers less than this many minutes of a rental.
+    pub low_balance_warning_minutes: u32,
+    /// How often running rentals are billed, seconds (at most 60).
+    pub billing_interval_secs: u64,
 }
 
 impl Default for Config {
@@ -95,6 +101,9 @@ impl Default for Config {
             stripe_webhook_secret: None,
             stripe_api_base: None,
             stripe_local: false,
+            preemption_notice_secs: 30,
+            low_balance_warning_minutes: 10,
+            billing_interval_secs: 15,
         }
     }
 }
@@ -147,6 +156,10 @@ impl Config {
                         .unwrap_or_default(),
                     api_base: self.stripe_api_base.clone(),
                 },
+            },
+            rentals: cardpool_service::RentalSettings {
+                preemption_notice_secs: self.preemption_notice_secs,
+                low_balance_warning_minutes: self.low_balance_warning_minutes,
             },
         }
     }

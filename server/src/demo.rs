@@ -58,12 +58,13 @@ pub async fn start_agents(services: &Services, server_url: &str, state_root: &Pa
         if newly_enrolled {
             tokio::spawn(price_and_list(services.clone(), provider, saved.host_id, on_demand));
         }
+        let rentals_dir = dir.join("rentals");
         tokio::spawn(async move {
             let source = match SimulatedSource::new(spec, hostname, vec![]) {
                 Ok(source) => source,
                 Err(err) => return tracing::error!(%err, "demo host spec"),
             };
-            if let Err(err) = connection::run(&saved, &source, Some(location.to_owned())).await {
+            if let Err(err) = connection::run(&saved, &source, Some(location.to_owned()), rentals_dir).await {
                 tracing::warn!(host = hostname, %err, "demo agent stopped");
             }
         });

@@ -5,6 +5,11 @@
 //! other protocol majors and a host id that is not the credential's. After that it stores
 //! inventories and heartbeats through `cardpool_service::hosts`. The credential is checked
 //! again every heartbeat interval, so a revoked host is cut off within seconds.
+//!
+//! Rentals: the connection sends the agent what `rentals::commands_for_host` says it must do
+//! (attach, preemption notice, detach) on connect, whenever the service signals a change on
+//! this host, and every heartbeat interval; the agent's workload reports drive the rental's
+//! state machine through `rentals::record_workload_status`.
 
 use crate::api::ApiError;
 use axum::{
@@ -19,7 +24,7 @@ use axum::{
 use cardpool_app::ssr::AppState;
 use cardpool_domain::AppError;
 use cardpool_protocol::{AgentMessage, PROTOCOL_VERSION, ServerMessage};
-use cardpool_service::{Services, entities::hosts as host_rows, hosts};
+use cardpool_service::{Services, entities::hosts as host_rows, hosts, rentals};
 use futures_util::{SinkExt, StreamExt, stream::SplitSink};
 use std::time::Duration;
 
@@ -69,6 +74,22 @@ async fn refuse(tx: &mut Sender, reason: impl Into<String>) {
     let _ = tx.send(Message::Close(None)).await;
 }
 
+/// Sends what the agent must do now. False when the connection is gone.
+async fn send_commands(services: &Services, tx: &mut Sender, host_id: i64, running: Option<&[i64]>) -> bool {
+    match rentals::commands_for_host(services, host_id, running).await {
+        Ok(commands) => {
+            for command in &commands {
+                if !send(tx, command).await {
+                    return false;
+                }
+            }
+            true
+        }
+        // Already logged; the next tick tries again.
+        Err(_) => true,
+    }
+}
+
 async fn serve_agent(
     services: Services,
     host: host_rows::Model,
@@ -101,11 +122,20 @@ async fn serve_agent(
         return;
     }
     tracing::info!(host.id = host.id, "agent connected");
+    let wake = services.signals.subscribe(host.id);
+    if !send_commands(&services, &mut tx, host.id, None).await {
+        return;
+    }
 
     let mut recheck = tokio::time::interval(options.heartbeat_interval);
     recheck.tick().await;
     loop {
         tokio::select! {
+            () = wake.notified() => {
+                if !send_commands(&services, &mut tx, host.id, None).await {
+                    break;
+                }
+            }
             frame = rx.next() => {
                 let text = match frame {
                     None | Some(Err(_)) | Some(Ok(Message::Close(_))) => break,
@@ -114,7 +144,16 @@ async fn serve_agent(
                 };
                 let result = match serde_json::from_str::<AgentMessage>(&text) {
                     Ok(AgentMessage::Inventory(inventory)) => hosts::record_inventory(&services, &host, &inventory).await,
-                    Ok(AgentMessage::Heartbeat { .. }) => hosts::record_heartbeat(&services, &host).await,
+                    Ok(AgentMessage::Heartbeat { rentals: running, .. }) => {
+                        let beat = hosts::record_heartbeat(&services, &host).await;
+                        if beat.is_ok() && !send_commands(&services, &mut tx, host.id, Some(&running)).await {
+                            break;
+                        }
+                        beat
+                    }
+                    Ok(AgentMessage::RentalStatus { rental_id, status }) => {
+                        rentals::record_workload_status(&services, host.id, rental_id, &status).await
+                    }
                     Ok(AgentMessage::SelfTest(report)) => hosts::record_self_test(&services, &host, &report).await,
                     Ok(AgentMessage::Hello { .. }) => Err(AppError::invalid_field("type", "hello was already received")),
                     Err(err) => Err(AppError::invalid_field("message", format!("malformed message: {err}"))),
@@ -135,6 +174,9 @@ async fn serve_agent(
             _ = recheck.tick() => {
                 if hosts::authenticate_host(&services, &credential).await.is_err() {
                     refuse(&mut tx, "this host's credential was revoked").await;
+                    break;
+                }
+                if !send_commands(&services, &mut tx, host.id, None).await {
                     break;
                 }
             }

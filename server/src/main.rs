@@ -178,7 +178,11 @@ async fn serve(config_file: Option<&std::path::Path>, args: ServeArgs) -> anyhow
         }
     }
 
-    workers::spawn(&services, std::time::Duration::from_secs(config.host_offline_grace_secs));
+    workers::spawn(
+        &services,
+        std::time::Duration::from_secs(config.host_offline_grace_secs),
+        std::time::Duration::from_secs(config.billing_interval_secs),
+    );
 
     let app = http::router(services.clone(), http::leptos_options(&config), http::HttpOptions::from_config(&config));
     if args.demo {

@@ -1,12 +1,34 @@
 //! Background work the server runs beside the HTTP stack.
 
-use cardpool_service::{Services, hosts, ledger, payouts, session_store::DbSessionStore};
+use cardpool_service::{Services, hosts, ledger, payouts, rentals, session_store::DbSessionStore};
 use std::time::Duration;
 use tower_sessions::ExpiredDeletion;
 
-/// Starts the background workers: the host liveness reaper, expired-session cleanup, the
-/// retry of payouts Stripe has not confirmed, and an hourly audit of the ledger.
-pub fn spawn(services: &Services, offline_grace: Duration) {
+/// Starts the background workers: the host liveness reaper, rental billing and schedules
+/// (reservation windows, scheduled preemptions), expired-session cleanup, the retry of payouts
+/// Stripe has not confirmed, and an hourly audit of the ledger.
+pub fn spawn(services: &Services, offline_grace: Duration, billing_interval: Duration) {
+    let biller = services.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(billing_interval.clamp(Duration::from_secs(1), Duration::from_secs(60)));
+        loop {
+            every.tick().await;
+            if let Err(err) = rentals::settle_all(&biller).await {
+                tracing::warn!(error = %err, "rental billing failed; will retry");
+            }
+        }
+    });
+    let scheduler = services.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(2));
+        loop {
+            every.tick().await;
+            if let Err(err) = rentals::run_schedules(&scheduler).await {
+                tracing::warn!(error = %err, "rental schedules failed; will retry");
+            }
+        }
+    });
+
     let reaper = services.clone();
     tokio::spawn(async move {
         let mut every = tokio::time::interval((offline_grace / 4).max(Duration::from_millis(250)));

@@ -58,7 +58,8 @@ async fn wait_for(
 fn spawn_agent(state: AgentState, spec: &'static str) -> tokio::task::JoinHandle<Result<(), String>> {
     tokio::spawn(async move {
         let source = SimulatedSource::new(spec, "test-host", vec![]).unwrap();
-        connection::run(&state, &source, Some("Lab 1".into())).await
+        let dir = std::env::temp_dir().join(format!("cardpool-test-rentals-{}-{}", std::process::id(), state.host_id));
+        connection::run(&state, &source, Some("Lab 1".into()), dir).await
     })
 }
 
@@ -175,7 +176,8 @@ async fn a_revoked_host_is_disconnected_and_cannot_return(backend: Backend) {
         tokio::time::timeout(Duration::from_secs(5), agent).await.expect("agent cut off within seconds").unwrap();
     assert!(ended.unwrap_err().contains("revoked"));
     assert_eq!(host(&app, &client, state.host_id).await["host"]["status"], "revoked");
-    let back = connection::run(&state, &SimulatedSource::new("1xL40S-48GB", "doomed", vec![]).unwrap(), None).await;
+    let source = SimulatedSource::new("1xL40S-48GB", "doomed", vec![]).unwrap();
+    let back = connection::run(&state, &source, None, std::env::temp_dir().join("cardpool-test-doomed")).await;
     assert!(back.unwrap_err().contains("rejected"));
 }
 

@@ -258,6 +258,14 @@ async fn set_offline(services: &Services, host_id: i64, reason: &str) -> AppResu
         record_event(&txn, host_id, HostStatus::Offline, reason, now).await?;
     }
     txn.commit().await.map_err(internal("committing offline transition"))?;
+    if changed {
+        let last_heartbeat = hosts::Entity::find_by_id(host_id)
+            .one(&services.db)
+            .await
+            .map_err(internal("loading host"))?
+            .and_then(|h| h.last_heartbeat_at);
+        crate::rentals::interrupt_host(services, host_id, last_heartbeat).await?;
+    }
     Ok(changed)
 }
 

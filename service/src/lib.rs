@@ -20,6 +20,7 @@ pub mod payouts;
 pub mod rate_limit;
 pub mod rentals;
 pub mod session_store;
+pub mod signals;
 pub mod stripe;
 #[cfg(feature = "test-support")]
 pub mod testing;
@@ -37,6 +38,22 @@ pub struct Settings {
     pub session: auth::SessionPolicy,
     pub sign_in_limits: rate_limit::SignInLimits,
     pub payments: PaymentSettings,
+    pub rentals: RentalSettings,
+}
+
+/// Rental tunables.
+#[derive(Debug, Clone)]
+pub struct RentalSettings {
+    /// How long a preempted spot workload gets between its notice and being stopped.
+    pub preemption_notice_secs: u32,
+    /// A running rental whose balance covers less than this many minutes gets a warning.
+    pub low_balance_warning_minutes: u32,
+}
+
+impl Default for RentalSettings {
+    fn default() -> Self {
+        RentalSettings { preemption_notice_secs: 30, low_balance_warning_minutes: 10 }
+    }
 }
 
 /// Money tunables.
@@ -70,6 +87,8 @@ pub struct Services {
     pub sign_in_limiter: Arc<rate_limit::SignInLimiter>,
     pub settings: Arc<Settings>,
     pub stripe: Arc<stripe::StripeGateway>,
+    /// Wakes agent connections when their rentals change.
+    pub signals: Arc<signals::HostSignals>,
 }
 
 impl Services {
@@ -83,6 +102,7 @@ impl Services {
             passwords: Arc::new(passwords),
             sign_in_limiter: Arc::new(rate_limit::SignInLimiter::new(settings.sign_in_limits)),
             settings: Arc::new(settings),
+            signals: Arc::default(),
         })
     }
 }

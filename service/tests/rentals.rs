@@ -1,27 +1,30 @@
 //! Booking at the service level, on both backends: a storm of concurrent bookings against few
 //! GPUs never gives a GPU to two rentals; stopping and ending release GPUs; the database
-//! itself refuses an overlapping hold even when the service is bypassed.
+//! itself refuses an overlapping hold even when the service is bypassed. Then the life of a
+//! rental as the agent drives it: billing to the micro-dollar, balance running out, the host
+//! going offline, spot preemption and clearing prices, reservations.
 
 use cardpool_domain::{
     AppError,
     account::SignUpRequest,
     host::GpuModelPrice,
     offers::{OfferQuery, RentalKind},
-    rentals::{BookOfferRequest, RentalState, Workload},
+    rentals::{BookOfferRequest, RentalDetail, RentalState, Workload},
 };
+use cardpool_protocol::{ServerMessage, WorkloadStatus};
 use cardpool_protocol::{GpuInfo, HostFacts, Inventory, PROTOCOL_VERSION};
 use cardpool_service::{
     Services, Settings, accounts,
     auth::{Credential, Principal},
     backend_tests,
     db::begin_write,
-    entities::rental_gpus,
+    entities::{rental_gpus, rentals as rentals_rows},
     hosts,
     ledger::{self, Book, Entry},
     offers, rentals,
     testing::{self, Backend},
 };
-use sea_orm::{ActiveValue::Set, EntityTrait};
+use sea_orm::{ActiveModelTrait, ActiveValue::Set, EntityTrait, IntoActiveModel};
 
 const MODEL: &str = "NVIDIA H100 80GB HBM3";
 
@@ -101,7 +104,35 @@ fn request(host_id: i64, gpu_count: u32) -> BookOfferRequest {
         gpu_count,
         kind: RentalKind::OnDemand,
         workload: Workload { command: Some("python train.py".into()), ..Workload::default() },
+        bid_micros: None,
+        starts_at: None,
+        hours: None,
     }
+}
+
+fn spot(host_id: i64, gpu_count: u32, bid: i64) -> BookOfferRequest {
+    BookOfferRequest { kind: RentalKind::Spot, bid_micros: Some(bid), ..request(host_id, gpu_count) }
+}
+
+/// Pretends the workload has been running for `secs` seconds.
+async fn backdate(services: &Services, rental_id: i64, secs: i64) {
+    let row = rentals_rows::Entity::find_by_id(rental_id).one(&services.db).await.unwrap().unwrap();
+    let since = row.running_since.expect("running") - chrono::Duration::seconds(secs);
+    let mut update = row.into_active_model();
+    update.running_since = Set(Some(since));
+    update.update(&services.db).await.unwrap();
+}
+
+async fn wallet(services: &Services, who: &Principal) -> i64 {
+    ledger::balance(&services.db, Book::Wallet(who.user_id)).await.unwrap()
+}
+
+async fn report(services: &Services, host_id: i64, rental_id: i64, status: WorkloadStatus) {
+    rentals::record_workload_status(services, host_id, rental_id, &status).await.unwrap();
+}
+
+async fn state_of(services: &Services, who: &Principal, rental_id: i64) -> RentalDetail {
+    rentals::get_rental(services, who, rental_id).await.unwrap()
 }
 
 /// Every pair of active holds on the same GPU must not overlap in time.
@@ -233,8 +264,215 @@ async fn the_database_refuses_overlapping_holds(backend: Backend) {
     .unwrap();
 }
 
+async fn an_on_demand_rental_runs_and_is_billed_to_the_second(backend: Backend) {
+    let (_db, services) = testing::services(backend, Settings::default()).await;
+    let provider = person(&services, "owner@example.com", true, 0).await;
+    let host_id = host(&services, &provider, 4).await;
+    let renter = person(&services, "renter@example.com", false, 50).await;
+    let before = wallet(&services, &renter).await;
+    let rental = rentals::book_offer(&services, &renter, &request(host_id, 2)).await.unwrap();
+
+    // The host's agent is told to attach exactly the allocated GPUs.
+    let commands = rentals::commands_for_host(&services, host_id, Some(&[])).await.unwrap();
+    let [ServerMessage::Attach(spec)] = commands.as_slice() else { panic!("{commands:?}") };
+    assert_eq!((spec.rental_id, spec.gpu_indexes.clone()), (rental.id, rental.gpu_indexes.clone()));
+    assert_eq!(spec.command.as_deref(), Some("python train.py"));
+
+    report(&services, host_id, rental.id, WorkloadStatus::Provisioning).await;
+    assert_eq!(state_of(&services, &renter, rental.id).await.rental.state, RentalState::Provisioning);
+    report(&services, host_id, rental.id, WorkloadStatus::Ready).await;
+    // A report from another host's agent changes nothing.
+    rentals::record_workload_status(&services, host_id + 100, rental.id, &WorkloadStatus::Exited { code: Some(0) })
+        .await
+        .unwrap();
+    let running = state_of(&services, &renter, rental.id).await.rental;
+    assert_eq!(running.state, RentalState::Running);
+    assert!(running.running_since.is_some());
+
+    // 10 minutes and 7 seconds later, settled in two steps: exactly 607 s of 2 GPUs at $2/h.
+    backdate(&services, rental.id, 300).await;
+    rentals::settle(&services, rental.id).await.unwrap();
+    backdate(&services, rental.id, 307).await;
+    let stopped = rentals::stop_rental(&services, &renter, rental.id).await.unwrap();
+    assert_eq!(stopped.state, RentalState::Stopping);
+    let billed = stopped.billed_seconds;
+    assert!((607..=608).contains(&billed), "{billed}");
+    assert_eq!(stopped.charged_micros, rentals::cost(2_000_000, 2, billed));
+    assert_eq!(stopped.charged_micros, 2_000_000 * 2 * billed / 3600);
+    assert!(matches!(
+        rentals::commands_for_host(&services, host_id, Some(&[rental.id])).await.unwrap().as_slice(),
+        [ServerMessage::Detach { rental_id }] if *rental_id == rental.id
+    ));
+    report(&services, host_id, rental.id, WorkloadStatus::Exited { code: None }).await;
+    let ended = state_of(&services, &renter, rental.id).await;
+    assert_eq!(ended.rental.state, RentalState::Ended);
+    // Time passing after the stop costs nothing.
+    rentals::settle(&services, rental.id).await.unwrap();
+    assert_eq!(state_of(&services, &renter, rental.id).await.rental.charged_micros, stopped.charged_micros);
+    assert_eq!(before - wallet(&services, &renter).await, stopped.charged_micros);
+    let earned = ledger::balance(&services.db, Book::Earnings(provider.user_id)).await.unwrap();
+    assert_eq!(earned, ledger::split_fee(stopped.charged_micros, 1000).0);
+    let states: Vec<RentalState> = ended.events.iter().map(|e| e.state).collect();
+    assert_eq!(
+        states,
+        [
+            RentalState::Requested,
+            RentalState::Provisioning,
+            RentalState::Running,
+            RentalState::Stopping,
+            RentalState::Ended
+        ]
+    );
+    // The agent no longer runs it; a stray workload it still reports is detached.
+    assert!(matches!(
+        rentals::commands_for_host(&services, host_id, Some(&[rental.id])).await.unwrap().as_slice(),
+        [ServerMessage::Detach { .. }]
+    ));
+    assert!(rentals::commands_for_host(&services, host_id, Some(&[])).await.unwrap().is_empty());
+    assert!(ledger::verify(&services.db).await.unwrap().is_sound());
+}
+
+async fn running_out_of_money_warns_then_stops(backend: Backend) {
+    let (_db, services) = testing::services(backend, Settings::default()).await;
+    let provider = person(&services, "owner@example.com", true, 0).await;
+    let host_id = host(&services, &provider, 1).await;
+    let renter = person(&services, "renter@example.com", false, 3).await;
+    let rental = rentals::book_offer(&services, &renter, &request(host_id, 1)).await.unwrap();
+    report(&services, host_id, rental.id, WorkloadStatus::Ready).await;
+    // After 85 minutes at $2/h, $0.17 is left: less than 10 minutes' worth → a warning.
+    backdate(&services, rental.id, 85 * 60).await;
+    let warned = rentals::settle(&services, rental.id).await.unwrap();
+    assert_eq!(warned.state, RentalState::Running);
+    assert!(warned.notice.as_deref().is_some_and(|n| n.starts_with("Low balance")), "{warned:?}");
+    // After two hours the $3 is gone: charged what there was, and stopped.
+    backdate(&services, rental.id, 35 * 60).await;
+    let stopped = rentals::settle(&services, rental.id).await.unwrap();
+    assert_eq!(stopped.state, RentalState::Stopping);
+    assert_eq!(stopped.charged_micros, 3_000_000);
+    assert_eq!(wallet(&services, &renter).await, 0);
+    assert!(stopped.notice.unwrap().contains("balance ran out"));
+    assert!(ledger::verify(&services.db).await.unwrap().is_sound());
+}
+
+async fn a_host_going_offline_interrupts_its_rentals(backend: Backend) {
+    let (_db, services) = testing::services(backend, Settings::default()).await;
+    let provider = person(&services, "owner@example.com", true, 0).await;
+    let host_id = host(&services, &provider, 2).await;
+    let renter = person(&services, "renter@example.com", false, 50).await;
+    let rental = rentals::book_offer(&services, &renter, &request(host_id, 1)).await.unwrap();
+    report(&services, host_id, rental.id, WorkloadStatus::Ready).await;
+    backdate(&services, rental.id, 600).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let marked = hosts::mark_silent_hosts_offline(&services, std::time::Duration::from_millis(500)).await.unwrap();
+    assert_eq!(marked, vec![host_id]);
+    let detail = state_of(&services, &renter, rental.id).await;
+    assert_eq!(detail.rental.state, RentalState::Interrupted);
+    // Billed up to the last heartbeat (just before the workload's backdated start + 600 s),
+    // not to now (a second later).
+    assert!((599..=600).contains(&detail.rental.billed_seconds), "{:?}", detail.rental);
+    assert_eq!(detail.rental.charged_micros, rentals::cost(2_000_000, 1, detail.rental.billed_seconds));
+    assert!(offers::list_offers(&services, &OfferQuery::default()).await.unwrap().offers.is_empty());
+}
+
+async fn spot_rentals_clear_at_one_price_and_are_preempted_by_on_demand(backend: Backend) {
+    let (_db, services) = testing::services(backend, Settings::default()).await;
+    let provider = person(&services, "owner@example.com", true, 0).await;
+    let host_id = host(&services, &provider, 2).await;
+    let low = person(&services, "low@example.com", false, 50).await;
+    let high = person(&services, "high@example.com", false, 50).await;
+    let od = person(&services, "od@example.com", false, 50).await;
+
+    let below = rentals::book_offer(&services, &low, &spot(host_id, 1, 700_000)).await.unwrap_err();
+    assert!(below.field("bid_micros").is_some_and(|m| m.contains("$0.80")), "{below:?}");
+    // One GPU still free: the clearing price is the provider's minimum.
+    let a = rentals::book_offer(&services, &low, &spot(host_id, 1, 1_000_000)).await.unwrap();
+    assert_eq!(a.price_micros, 800_000);
+    // Capacity full: everyone pays the lowest winning bid, never more than their own bid.
+    let b = rentals::book_offer(&services, &high, &spot(host_id, 1, 1_500_000)).await.unwrap();
+    assert_eq!(state_of(&services, &low, a.id).await.rental.price_micros, 1_000_000);
+    assert_eq!(state_of(&services, &high, b.id).await.rental.price_micros, 1_000_000);
+    // A lower bid cannot take GPUs from higher ones.
+    let outbid = rentals::book_offer(&services, &od, &spot(host_id, 1, 900_000)).await.unwrap_err();
+    assert!(matches!(outbid, AppError::Conflict(_)), "{outbid:?}");
+    for r in [&a, &b] {
+        report(&services, host_id, r.id, WorkloadStatus::Ready).await;
+    }
+
+    // On-demand needs one GPU: the lowest bid gets its notice; the booking starts after it.
+    let booked = rentals::book_offer(&services, &od, &request(host_id, 1)).await.unwrap();
+    let notified = state_of(&services, &low, a.id).await;
+    assert_eq!(notified.rental.state, RentalState::Preempting);
+    assert!(notified.rental.notice.as_deref().is_some_and(|n| n.starts_with("Preempted")));
+    assert_eq!(state_of(&services, &high, b.id).await.rental.state, RentalState::Running);
+    assert_eq!(booked.gpu_indexes, a.gpu_indexes);
+    assert!(booked.starts_at >= chrono::Utc::now() + chrono::Duration::seconds(25));
+    let commands = rentals::commands_for_host(&services, host_id, Some(&[a.id, b.id])).await.unwrap();
+    assert!(
+        commands.iter().any(|c| matches!(c, ServerMessage::PreemptNotice { rental_id, grace_secs } if *rental_id == a.id && (28..=30).contains(grace_secs))),
+        "{commands:?}"
+    );
+    assert!(!commands.iter().any(|c| matches!(c, ServerMessage::Attach(_))), "not before the notice ends: {commands:?}");
+    report(&services, host_id, a.id, WorkloadStatus::Exited { code: Some(0) }).await;
+    assert_eq!(state_of(&services, &low, a.id).await.rental.state, RentalState::Preempted);
+    assert_no_overlaps(&services).await;
+    // The price history shows the minimum, then the lowest winning bid.
+    let history = rentals::spot_price_history(&services, host_id, MODEL, chrono::Utc::now() - chrono::Duration::hours(1))
+        .await
+        .unwrap();
+    let prices: Vec<i64> = history.iter().map(|(_, p)| *p).collect();
+    assert_eq!(&prices[..2], &[800_000, 1_000_000]);
+    assert!(ledger::verify(&services.db).await.unwrap().is_sound());
+}
+
+async fn reservations_are_prepaid_exclusive_and_refunded_when_cancelled(backend: Backend) {
+    let (_db, services) = testing::services(backend, Settings::default()).await;
+    let provider = person(&services, "owner@example.com", true, 0).await;
+    let host_id = host(&services, &provider, 2).await;
+    let renter = person(&services, "renter@example.com", false, 50).await;
+    let other = person(&services, "other@example.com", false, 50).await;
+    let start = chrono::Utc::now() + chrono::Duration::hours(1);
+    let reserve = |hours| BookOfferRequest {
+        kind: RentalKind::Reserved,
+        starts_at: Some(start),
+        hours: Some(hours),
+        ..request(host_id, 2)
+    };
+    let too_long = rentals::book_offer(&services, &renter, &reserve(0)).await.unwrap_err();
+    assert!(too_long.field("hours").is_some());
+    let reserved = rentals::book_offer(&services, &renter, &reserve(3)).await.unwrap();
+    // 2 GPUs × 3 h × $1.60 prepaid into held funds.
+    assert_eq!(wallet(&services, &renter).await, 50_000_000 - 9_600_000);
+    assert_eq!(ledger::balance(&services.db, Book::Held(renter.user_id)).await.unwrap(), 9_600_000);
+    // The reserved GPUs are not sold open-ended to anyone else, nor reserved twice.
+    let od = rentals::book_offer(&services, &other, &request(host_id, 1)).await.unwrap_err();
+    assert!(matches!(od, AppError::Conflict(_)), "{od:?}");
+    assert!(rentals::book_offer(&services, &other, &BookOfferRequest { ..reserve(1) }).await.is_err());
+    // A window before it is still free.
+    let early = BookOfferRequest {
+        kind: RentalKind::Reserved,
+        starts_at: Some(chrono::Utc::now() + chrono::Duration::minutes(1)),
+        hours: Some(0),
+        ..request(host_id, 2)
+    };
+    assert!(rentals::book_offer(&services, &other, &early).await.is_err());
+    // Nothing to attach before the window begins.
+    assert!(rentals::commands_for_host(&services, host_id, None).await.unwrap().is_empty());
+    // Cancelled before it began: refunded in full, GPUs free again.
+    let cancelled = rentals::stop_rental(&services, &renter, reserved.id).await.unwrap();
+    assert_eq!(cancelled.state, RentalState::Ended);
+    assert_eq!(wallet(&services, &renter).await, 50_000_000);
+    assert_eq!(ledger::balance(&services.db, Book::Held(renter.user_id)).await.unwrap(), 0);
+    rentals::book_offer(&services, &other, &request(host_id, 2)).await.unwrap();
+    assert!(ledger::verify(&services.db).await.unwrap().is_sound());
+}
+
 backend_tests!(
     booking_storm_never_overbooks,
     bookings_prefer_nvlink_and_release_on_end,
-    the_database_refuses_overlapping_holds
+    the_database_refuses_overlapping_holds,
+    an_on_demand_rental_runs_and_is_billed_to_the_second,
+    running_out_of_money_warns_then_stops,
+    a_host_going_offline_interrupts_its_rentals,
+    spot_rentals_clear_at_one_price_and_are_preempted_by_on_demand,
+    reservations_are_prepaid_exclusive_and_refunded_when_cancelled
 );

@@ -9,6 +9,7 @@ mod api_tokens;
 mod hosts;
 mod offers;
 pub(crate) mod payments;
+mod rentals;
 
 use axum::{
     Json, Router,
@@ -50,6 +51,10 @@ pub fn router() -> Router<AppState> {
         .route("/hosts/{id}/pricing", put(hosts::update_host_pricing))
         .route("/hosts/{id}/listing", put(hosts::set_host_listed))
         .route("/offers", get(offers::list_offers))
+        .route("/rentals", get(rentals::list_rentals).post(rentals::book_offer))
+        .route("/rentals/{id}", get(rentals::get_rental))
+        .route("/rentals/{id}/stop", post(rentals::stop_rental))
+        .route("/rentals/{id}/bid", put(rentals::change_bid))
         .route("/wallet", get(payments::get_wallet))
         .route("/wallet/top-ups", post(payments::create_top_up))
         .route("/wallet/top-ups/{id}", get(payments::get_top_up))
@@ -99,10 +104,15 @@ pub fn router() -> Router<AppState> {
         payments::request_payout,
         payments::admin_credit,
         payments::list_admin_credits,
+        rentals::book_offer,
+        rentals::list_rentals,
+        rentals::get_rental,
+        rentals::stop_rental,
+        rentals::change_bid,
     ),
     components(schemas(ErrorBody)),
     modifiers(&SecuritySchemes),
-    tags((name = "accounts", description = "Sign-up, sign-in and profile"), (name = "tokens", description = "Personal API tokens"), (name = "hosts", description = "Provider hosts and their agents"), (name = "offers", description = "Marketplace search"), (name = "payments", description = "Wallet, top-ups, earnings, payouts and admin credits"))
+    tags((name = "accounts", description = "Sign-up, sign-in and profile"), (name = "tokens", description = "Personal API tokens"), (name = "hosts", description = "Provider hosts and their agents"), (name = "offers", description = "Marketplace search"), (name = "payments", description = "Wallet, top-ups, earnings, payouts and admin credits"), (name = "rentals", description = "Booking and running rentals"))
 )]
 pub struct ApiDoc;
 

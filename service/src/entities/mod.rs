@@ -17,6 +17,7 @@ pub mod rental_events;
 pub mod rental_gpus;
 pub mod rentals;
 pub mod sessions;
+pub mod spot_prices;
 pub mod stripe_events;
 pub mod top_ups;
 pub mod users;

@@ -20,6 +20,23 @@ pub struct Model {
     pub ends_at: Option<DateTimeUtc>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
+    pub bid_micros: Option<i64>,
+    /// When the agent reported the workload ready: billing starts here.
+    pub running_since: Option<DateTimeUtc>,
+    /// Billing stops here (stop requested, end of workload, last heartbeat of a lost host).
+    pub billing_ends_at: Option<DateTimeUtc>,
+    pub billed_seconds: i64,
+    pub charged_micros: i64,
+    /// Billing is complete (the rental ended and every second was charged).
+    pub settled: bool,
+    #[sea_orm(column_type = "Text", nullable)]
+    pub notice: Option<String>,
+    /// When the current notice (low balance, preemption) was first given.
+    pub notice_given_at: Option<DateTimeUtc>,
+    /// Reserved: the end of the booked window.
+    pub reserved_until: Option<DateTimeUtc>,
+    /// Reserved: what was moved into held funds at booking.
+    pub prepaid_micros: i64,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -1,0 +1,32 @@
+//! Wake-ups for connected agents: when a rental on a host changes in a way its agent must act
+//! on (booked, stop requested, preempted), the service pokes that host's gateway connection so
+//! the command goes out now rather than at the next periodic reconcile.
+//!
+//! In-process only: with several server replicas a host's connection may live on another
+//! replica, which still picks the change up at its periodic reconcile (every heartbeat
+//! interval); a NATS subject per host would make that immediate too.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
+use tokio::sync::Notify;
+
+#[derive(Default)]
+pub struct HostSignals {
+    hosts: Mutex<HashMap<i64, Arc<Notify>>>,
+}
+
+impl HostSignals {
+    /// The notifier a host's connection waits on.
+    pub fn subscribe(&self, host_id: i64) -> Arc<Notify> {
+        self.hosts.lock().unwrap_or_else(|p| p.into_inner()).entry(host_id).or_default().clone()
+    }
+
+    /// Wakes the host's connection (or the next one to wait, if it is between waits).
+    pub fn notify(&self, host_id: i64) {
+        if let Some(notify) = self.hosts.lock().unwrap_or_else(|p| p.into_inner()).get(&host_id) {
+            notify.notify_one();
+        }
+    }
+}
