@@ -28,6 +28,7 @@ use pages::{
     hosts::{HostPage, HostsPage},
     not_found::NotFoundPage,
     offers::OffersPage,
+    rentals::{RentPage, RentalPage, RentalsPage},
     sign_in::SignInPage,
     sign_up::SignUpPage,
     wallet::{ReceiptPage, WalletPage},
@@ -70,6 +71,9 @@ pub fn App() -> impl IntoView {
                     <Routes fallback=NotFoundPage>
                         <Route path=path!("/") view=HomePage />
                         <Route path=path!("/offers") view=OffersPage />
+                        <Route path=path!("/rent") view=RentPage />
+                        <Route path=path!("/rentals") view=RentalsPage />
+                        <Route path=path!("/rentals/:id") view=RentalPage />
                         <Route path=path!("/sign-up") view=SignUpPage />
                         <Route path=path!("/sign-in") view=SignInPage />
                         <Route path=path!("/account") view=AccountPage />

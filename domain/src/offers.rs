@@ -113,7 +113,7 @@ impl OfferQuery {
     }
 }
 
-fn percent_encode(raw: &str) -> String {
+pub fn percent_encode(raw: &str) -> String {
     raw.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),

@@ -169,6 +169,81 @@ impl Rental {
     }
 }
 
+/// The booking form as the browser sends it: every field a string.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BookingForm {
+    pub host_id: i64,
+    pub gpu_model: String,
+    pub kind: String,
+    pub gpu_count: String,
+    pub command: String,
+    pub image: String,
+    /// One `NAME=value` per line.
+    pub env: String,
+    pub ssh_public_key: String,
+    /// Spot bid, dollars per GPU-hour.
+    pub bid: String,
+    /// Reservation start, `YYYY-MM-DDTHH:MM` in UTC (an `<input type="datetime-local">`).
+    pub starts_at: String,
+    pub hours: String,
+}
+
+impl BookingForm {
+    /// The request, or every field's problem at once.
+    pub fn parse(&self) -> Result<BookOfferRequest, crate::AppError> {
+        let mut fields = crate::FieldErrors::new();
+        let kind = RentalKind::parse(self.kind.trim()).unwrap_or_default();
+        let gpu_count = self.gpu_count.trim().parse::<u32>().unwrap_or_else(|_| {
+            fields.insert("gpu_count".into(), "a whole number of GPUs".into());
+            0
+        });
+        let text = |raw: &str| Some(raw.trim().to_owned()).filter(|v| !v.is_empty());
+        let bid_micros = match (kind, text(&self.bid)) {
+            (RentalKind::Spot, Some(raw)) => crate::money::parse_dollars(&raw)
+                .map_err(|e| fields.insert("bid".into(), e))
+                .ok(),
+            (RentalKind::Spot, None) => {
+                fields.insert("bid".into(), "your bid per GPU-hour, e.g. 1.20".into());
+                None
+            }
+            _ => None,
+        };
+        let (starts_at, hours) = if kind == RentalKind::Reserved {
+            let start = chrono::NaiveDateTime::parse_from_str(self.starts_at.trim(), "%Y-%m-%dT%H:%M")
+                .map(|t| t.and_utc())
+                .map_err(|_| fields.insert("starts_at".into(), "a start date and time (UTC)".into()))
+                .ok();
+            let hours = self
+                .hours
+                .trim()
+                .parse::<u32>()
+                .map_err(|_| fields.insert("hours".into(), "a whole number of hours".into()))
+                .ok();
+            (start, hours)
+        } else {
+            (None, None)
+        };
+        if !fields.is_empty() {
+            return Err(crate::AppError::invalid_fields(fields));
+        }
+        Ok(BookOfferRequest {
+            host_id: self.host_id,
+            gpu_model: self.gpu_model.trim().to_owned(),
+            gpu_count,
+            kind,
+            workload: Workload {
+                command: text(&self.command),
+                image: text(&self.image),
+                env: self.env.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_owned).collect(),
+                ssh_public_key: text(&self.ssh_public_key),
+            },
+            bid_micros,
+            starts_at,
+            hours,
+        })
+    }
+}
+
 /// A new bid for a spot rental.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -54,6 +54,7 @@ fn SignedInNav(email: String, provider: bool, admin: bool) -> impl IntoView {
     view! {
         <div class="flex flex-wrap items-center gap-1 sm:gap-2">
             <A href="/offers" attr:class="nav-link">"Find GPUs"</A>
+            <A href="/rentals" attr:class="nav-link">"Rentals"</A>
             <A href="/wallet" attr:class="nav-link">"Wallet"</A>
             {provider.then(|| view! { <A href="/provider/hosts" attr:class="nav-link">"Hosts"</A> })}
             {provider.then(|| view! { <A href="/provider/earnings" attr:class="nav-link">"Earnings"</A> })}

@@ -8,6 +8,7 @@ pub mod home;
 pub mod hosts;
 pub mod not_found;
 pub mod offers;
+pub mod rentals;
 pub mod sign_in;
 pub mod sign_up;
 pub mod wallet;

@@ -4,7 +4,7 @@
 //! (or without) hydration; the results are rendered from the query string.
 
 use crate::{components::money::dollars, server_fns::offers::list_offers};
-use cardpool_domain::offers::{Offer, OfferPage, OfferQuery, OfferSort, RentalKind};
+use cardpool_domain::offers::{Offer, OfferPage, OfferQuery, OfferSort, RentalKind, percent_encode};
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::{hooks::use_query_map, params::ParamsMap};
@@ -185,6 +185,13 @@ fn OfferCard(offer: Offer, kind: RentalKind) -> impl IntoView {
                 <span class="badge bg-slate-50 text-slate-700 ring-slate-200">{format!("{:.1}% uptime (7 d)", f64::from(offer.uptime_permille) / 10.0)}</span>
             </p>
             {(!per_gpu.is_empty()).then(|| view! { <p class="mt-2 text-xs text-slate-500">{format!("Per GPU: {per_gpu}")}</p> })}
+            <a
+                class="btn-primary mt-4 inline-flex"
+                data-testid="offer-rent"
+                href=format!("/rent?host={}&model={}&kind={}", offer.host_id, percent_encode(&offer.gpu_model), kind.as_str())
+            >
+                {format!("Rent {}", offer.gpu_model)}
+            </a>
         </li>
     }
 }

@@ -8,3 +8,4 @@ pub mod api_tokens;
 pub mod hosts;
 pub mod offers;
 pub mod payments;
+pub mod rentals;

@@ -1,0 +1,355 @@
+//! Renting: the booking form (`/rent`), the renter's rentals (`/rentals`) and one rental's
+//! live page (`/rentals/:id`) with its state, timeline, bill so far and stop button.
+//!
+//! A rental's page polls while the rental is live: its state moves as the provider's agent
+//! attaches the GPUs and reports the workload, and its bill grows by the second.
+
+use crate::{
+    components::{
+        form::{FormAlert, SubmitButton, field_error, form_error},
+        money::dollars,
+        session::{RequireSignIn, reload_to},
+    },
+    server_fns::rentals::{BookRental, ChangeBid, StopRental, get_rental, list_rentals},
+};
+use cardpool_domain::{
+    account::Me,
+    offers::RentalKind,
+    rentals::{Rental, RentalDetail, RentalState},
+};
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::hooks::{use_params_map, use_query_map};
+
+const INPUT: &str = "block w-full rounded-lg border-0 px-3 py-2 text-slate-900 shadow-sm ring-1 ring-inset ring-slate-300 placeholder:text-slate-400 focus:ring-2 focus:ring-inset focus:ring-indigo-600 aria-[invalid=true]:ring-red-500";
+
+fn kind_label(kind: RentalKind) -> &'static str {
+    match kind {
+        RentalKind::OnDemand => "On-demand",
+        RentalKind::Reserved => "Reserved",
+        RentalKind::Spot => "Spot",
+    }
+}
+
+fn state_class(state: RentalState) -> &'static str {
+    match state {
+        RentalState::Running => "bg-emerald-50 text-emerald-700 ring-emerald-200",
+        RentalState::Requested | RentalState::Provisioning => "bg-sky-50 text-sky-700 ring-sky-200",
+        RentalState::Stopping | RentalState::Preempting => "bg-amber-50 text-amber-800 ring-amber-200",
+        RentalState::Ended => "bg-slate-100 text-slate-700 ring-slate-200",
+        RentalState::Preempted | RentalState::Failed | RentalState::Interrupted => "bg-red-50 text-red-700 ring-red-200",
+    }
+}
+
+#[component]
+fn StateBadge(state: RentalState) -> impl IntoView {
+    view! { <span class=format!("badge {}", state_class(state)) data-testid="rental-state">{state.label()}</span> }
+}
+
+fn duration(seconds: i64) -> String {
+    format!("{}:{:02}:{:02}", seconds / 3600, (seconds / 60) % 60, seconds % 60)
+}
+
+#[component]
+pub fn RentPage() -> impl IntoView {
+    view! {
+        <Title text="Rent GPUs" />
+        <RequireSignIn children=|_me: Me| view! { <RentForm /> } />
+    }
+}
+
+#[component]
+fn RentForm() -> impl IntoView {
+    let query = use_query_map();
+    let param = move |key: &str| query.with_untracked(|q| q.get(key).unwrap_or_default());
+    let host_id = param("host").parse::<i64>().unwrap_or(0);
+    let model = param("model");
+    let kind = RwSignal::new(RentalKind::parse(&param("kind")).unwrap_or_default());
+    let book = ServerAction::<BookRental>::new();
+    let value = book.value();
+    let pending = book.pending();
+    Effect::new(move || {
+        if let Some(Ok(rental)) = value.get() {
+            reload_to(&format!("/rentals/{}", rental.id));
+        }
+    });
+    let err = move |name: &'static str| field_error(value, name);
+    let text_field = move |name: &'static str, label: &'static str, placeholder: &'static str, hint: &'static str| {
+        let error = err(name);
+        view! {
+            <div class="space-y-1">
+                <label for=format!("rent-{name}") class="block text-sm font-medium text-slate-800">{label}</label>
+                <input id=format!("rent-{name}") name=name placeholder=placeholder class=INPUT
+                    aria-invalid=move || error.get().is_some().to_string() />
+                {(!hint.is_empty()).then(|| view! { <p class="text-xs text-slate-500">{hint}</p> })}
+                <p class="text-sm text-red-700" class:hidden=move || error.get().is_none()>{move || error.get()}</p>
+            </div>
+        }
+    };
+    let workload_error = err("workload");
+    let env_error = err("env");
+    view! {
+        <div class="mx-auto max-w-2xl space-y-6">
+            <div>
+                <a href="/offers" class="text-sm text-indigo-700 hover:underline">"← Back to offers"</a>
+                <h1 class="mt-2 text-2xl font-bold text-slate-900">"Rent GPUs"</h1>
+                <p class="mt-1 text-slate-600">{format!("{model} on host #{host_id}")}</p>
+            </div>
+            <ActionForm action=book attr:class="card space-y-5" attr:novalidate=true>
+                <input type="hidden" name="host_id" value=host_id />
+                <input type="hidden" name="gpu_model" value=model.clone() />
+                <fieldset class="space-y-2">
+                    <legend class="text-sm font-medium text-slate-800">"Kind"</legend>
+                    <select id="rent-kind" name="kind" class=INPUT aria-label="Rental kind"
+                        on:change=move |ev| kind.set(RentalKind::parse(&event_target_value(&ev)).unwrap_or_default())>
+                        {[RentalKind::OnDemand, RentalKind::Spot, RentalKind::Reserved].into_iter().map(|k| view! {
+                            <option value=k.as_str() selected=move || kind.get() == k>{kind_label(k)}</option>
+                        }).collect_view()}
+                    </select>
+                    <p class="text-xs text-slate-500">{move || match kind.get() {
+                        RentalKind::OnDemand => "Starts now and runs until you stop it; billed per second while the workload runs.",
+                        RentalKind::Spot => "Runs while your bid clears; billed at the clearing price (never above your bid). Can be preempted with a 30 s notice.",
+                        RentalKind::Reserved => "A guaranteed future window, prepaid now at the reserved price; cancel before it starts for a full refund.",
+                    }}</p>
+                </fieldset>
+                {text_field("gpu_count", "Number of GPUs", "1", "")}
+                <div class="space-y-4" class:hidden=move || kind.get() != RentalKind::Spot>
+                    {text_field("bid", "Your bid ($ per GPU-hour)", "e.g. 1.20", "At least the provider's minimum.")}
+                </div>
+                <div class="grid gap-4 sm:grid-cols-2" class:hidden=move || kind.get() != RentalKind::Reserved>
+                    <div class="space-y-1">
+                        <label for="rent-starts_at" class="block text-sm font-medium text-slate-800">"Starts at (UTC)"</label>
+                        <input id="rent-starts_at" name="starts_at" type="datetime-local" class=INPUT />
+                        <p class="text-sm text-red-700" class:hidden=move || err("starts_at").get().is_none()>{move || err("starts_at").get()}</p>
+                    </div>
+                    {text_field("hours", "Hours", "e.g. 4", "")}
+                </div>
+                <fieldset class="space-y-4">
+                    <legend class="text-sm font-medium text-slate-800">"Workload"</legend>
+                    {text_field("command", "Command", "e.g. python train.py --epochs 3", "Runs with only your GPUs visible (CUDA_VISIBLE_DEVICES).")}
+                    {text_field("image", "…or a container image", "e.g. nvcr.io/nvidia/pytorch:24.05-py3", "Hosts with Docker and the NVIDIA runtime run images.")}
+                    <p class="text-sm text-red-700" class:hidden=move || workload_error.get().is_none()>{move || workload_error.get()}</p>
+                    <div class="space-y-1">
+                        <label for="rent-env" class="block text-sm font-medium text-slate-800">"Environment (NAME=value, one per line)"</label>
+                        <textarea id="rent-env" name="env" rows="3" class=INPUT></textarea>
+                        <p class="text-sm text-red-700" class:hidden=move || env_error.get().is_none()>{move || env_error.get()}</p>
+                    </div>
+                    {text_field("ssh_public_key", "SSH public key (optional)", "ssh-ed25519 AAAA…", "")}
+                </fieldset>
+                <FormAlert message=form_error(value) />
+                <SubmitButton label="Book" pending=pending />
+            </ActionForm>
+        </div>
+    }
+}
+
+#[component]
+pub fn RentalsPage() -> impl IntoView {
+    view! {
+        <Title text="Rentals" />
+        <RequireSignIn children=|_me: Me| view! { <RentalList /> } />
+    }
+}
+
+#[component]
+fn RentalList() -> impl IntoView {
+    let rentals = Resource::new(|| (), |_| list_rentals());
+    view! {
+        <div class="space-y-6">
+            <div class="flex flex-wrap items-end justify-between gap-4">
+                <div>
+                    <h1 class="text-2xl font-bold text-slate-900">"Rentals"</h1>
+                    <p class="mt-1 text-slate-600">"Your GPUs: running, booked and past."</p>
+                </div>
+                <a class="btn-primary" href="/offers">"Rent GPUs"</a>
+            </div>
+            <Transition fallback=|| view! { <p class="text-slate-500">"Loading rentals…"</p> }>
+                {move || Suspend::new(async move {
+                    match rentals.await {
+                        Ok(list) if list.is_empty() => view! {
+                            <div class="card text-center text-slate-600">"No rentals yet. Find GPUs on the market."</div>
+                        }.into_any(),
+                        Ok(list) => view! {
+                            <ul class="grid gap-3" aria-label="Your rentals">
+                                {list.into_iter().map(|r| view! { <RentalRow rental=r /> }).collect_view()}
+                            </ul>
+                        }.into_any(),
+                        Err(err) => view! { <p role="alert" class="text-red-700">{err.to_string()}</p> }.into_any(),
+                    }
+                })}
+            </Transition>
+        </div>
+    }
+}
+
+#[component]
+fn RentalRow(rental: Rental) -> impl IntoView {
+    view! {
+        <li>
+            <a href=format!("/rentals/{}", rental.id) class="card flex flex-wrap items-center justify-between gap-3 hover:ring-indigo-300" data-testid="rental-row">
+                <div>
+                    <p class="font-semibold text-slate-900">{format!("#{} · {}× {}", rental.id, rental.gpu_count, rental.gpu_model)}</p>
+                    <p class="text-sm text-slate-600">{format!("{} · {}", kind_label(rental.kind), rental.host_label)}</p>
+                </div>
+                <div class="flex items-center gap-3">
+                    <span class="tabular-nums text-slate-900">{dollars(rental.charged_micros)}</span>
+                    <StateBadge state=rental.state />
+                </div>
+            </a>
+        </li>
+    }
+}
+
+#[component]
+pub fn RentalPage() -> impl IntoView {
+    view! {
+        <Title text="Rental" />
+        <RequireSignIn children=|_me: Me| view! { <RentalView /> } />
+    }
+}
+
+#[component]
+fn RentalView() -> impl IntoView {
+    let params = use_params_map();
+    let id = move || params.with(|p| p.get("id").and_then(|id| id.parse::<i64>().ok()).unwrap_or(0));
+    let tick = RwSignal::new(0u32);
+    let detail = Resource::new(move || (id(), tick.get()), |(id, _)| get_rental(id));
+    #[cfg(feature = "hydrate")]
+    {
+        let handle = set_interval_with_handle(
+            move || {
+                if let Some(Ok(d)) = detail.get_untracked()
+                    && !d.rental.is_live()
+                    && d.rental.state.is_terminal()
+                {
+                    return;
+                }
+                tick.update(|t| *t += 1);
+            },
+            std::time::Duration::from_millis(2000),
+        );
+        if let Ok(handle) = handle {
+            on_cleanup(move || handle.clear());
+        }
+    }
+    view! {
+        <Transition fallback=|| view! { <div class="h-40 animate-pulse rounded-2xl bg-slate-100"></div> }>
+            {move || Suspend::new(async move {
+                match detail.await {
+                    Ok(d) => view! { <RentalDetailView detail=d tick /> }.into_any(),
+                    Err(err) => view! { <p role="alert" class="text-red-700">{err.to_string()}</p> }.into_any(),
+                }
+            })}
+        </Transition>
+    }
+}
+
+/// Where the rental is on its way, for a progress bar.
+fn steps(state: RentalState) -> (usize, [&'static str; 4]) {
+    let at = match state {
+        RentalState::Requested => 0,
+        RentalState::Provisioning => 1,
+        RentalState::Running => 2,
+        _ => 3,
+    };
+    (at, ["Booked", "Attaching GPUs", "Running", "Finished"])
+}
+
+#[component]
+fn RentalDetailView(detail: RentalDetail, tick: RwSignal<u32>) -> impl IntoView {
+    let RentalDetail { rental, events } = detail;
+    let stop = ServerAction::<StopRental>::new();
+    let stop_value = stop.value();
+    let bid = ServerAction::<ChangeBid>::new();
+    let bid_value = bid.value();
+    Effect::new(move || {
+        if stop_value.get().is_some() || bid_value.get().is_some() {
+            tick.update(|t| *t += 1);
+        }
+    });
+    let can_stop = matches!(rental.state, RentalState::Requested | RentalState::Provisioning | RentalState::Running);
+    let spot_live = rental.kind == RentalKind::Spot && can_stop;
+    let (at, labels) = steps(rental.state);
+    let failed = matches!(rental.state, RentalState::Failed | RentalState::Interrupted | RentalState::Preempted);
+    let workload = rental.workload.command.clone().or(rental.workload.image.clone()).unwrap_or_default();
+    view! {
+        <div class="space-y-6">
+            <div class="flex flex-wrap items-start justify-between gap-4">
+                <div>
+                    <a href="/rentals" class="text-sm text-indigo-700 hover:underline">"← All rentals"</a>
+                    <h1 class="mt-2 text-2xl font-bold text-slate-900">{format!("Rental #{} · {}× {}", rental.id, rental.gpu_count, rental.gpu_model)}</h1>
+                    <p class="mt-1 text-slate-600">{format!("{} · {}", kind_label(rental.kind), rental.host_label)}</p>
+                </div>
+                <StateBadge state=rental.state />
+            </div>
+            {rental.notice.clone().map(|notice| view! {
+                <div role="status" class="rounded-lg bg-amber-50 px-4 py-3 text-sm text-amber-900 ring-1 ring-amber-200" data-testid="rental-notice">{notice}</div>
+            })}
+            <ol class="grid grid-cols-4 gap-2" aria-label="Progress">
+                {labels.into_iter().enumerate().map(|(i, label)| {
+                    let class = if i < at || (i == at && i == 3 && !failed) { "bg-indigo-600" } else if i == at { if failed { "bg-red-500" } else { "bg-indigo-400 animate-pulse" } } else { "bg-slate-200" };
+                    view! {
+                        <li class="space-y-1" aria-current=(i == at).then_some("step")>
+                            <div class=format!("h-2 rounded-full {class}")></div>
+                            <p class="text-xs text-slate-600">{label}</p>
+                        </li>
+                    }
+                }).collect_view()}
+            </ol>
+            <div class="grid gap-4 sm:grid-cols-2 lg:grid-cols-4">
+                <div class="card">
+                    <p class="text-sm text-slate-500">"Charged so far"</p>
+                    <p class="mt-1 text-2xl font-semibold tabular-nums text-slate-900" data-testid="rental-charged">{dollars(rental.charged_micros)}</p>
+                </div>
+                <div class="card">
+                    <p class="text-sm text-slate-500">"Billed time"</p>
+                    <p class="mt-1 text-2xl font-semibold tabular-nums text-slate-900" data-testid="rental-billed">{duration(rental.billed_seconds)}</p>
+                </div>
+                <div class="card">
+                    <p class="text-sm text-slate-500">{if rental.kind == RentalKind::Spot { "Clearing price" } else { "Price" }}</p>
+                    <p class="mt-1 text-2xl font-semibold tabular-nums text-slate-900">{format!("{}/GPU-h", dollars(rental.price_micros))}</p>
+                    {rental.bid_micros.map(|b| view! { <p class="text-xs text-slate-500">{format!("Your bid: {}/GPU-h", dollars(b))}</p> })}
+                </div>
+                <div class="card">
+                    <p class="text-sm text-slate-500">"GPUs on the host"</p>
+                    <p class="mt-1 text-2xl font-semibold tabular-nums text-slate-900">{rental.gpu_indexes.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")}</p>
+                </div>
+            </div>
+            <div class="grid gap-6 lg:grid-cols-3">
+                <section class="card lg:col-span-2" aria-labelledby="timeline">
+                    <h2 id="timeline" class="text-lg font-semibold text-slate-900">"Timeline"</h2>
+                    <ol class="mt-4 space-y-3 border-l-2 border-slate-200 pl-4" data-testid="rental-timeline">
+                        {events.into_iter().map(|e| view! {
+                            <li class="relative">
+                                <span class="absolute -left-[1.4rem] top-1.5 h-2.5 w-2.5 rounded-full bg-indigo-500" aria-hidden="true"></span>
+                                <p class="text-sm font-medium text-slate-900">{e.state.label()}</p>
+                                <p class="text-sm text-slate-600">{e.reason}</p>
+                                <p class="text-xs text-slate-400"><time datetime=e.at.to_rfc3339()>{e.at.format("%Y-%m-%d %H:%M:%S UTC").to_string()}</time></p>
+                            </li>
+                        }).collect_view()}
+                    </ol>
+                </section>
+                <section class="card space-y-4" aria-labelledby="actions">
+                    <h2 id="actions" class="text-lg font-semibold text-slate-900">"Workload"</h2>
+                    <p class="break-all font-mono text-sm text-slate-700">{workload}</p>
+                    {can_stop.then(|| view! {
+                        <ActionForm action=stop>
+                            <input type="hidden" name="id" value=rental.id />
+                            <button type="submit" class="btn-secondary w-full" disabled=move || stop.pending().get()>"Stop rental"</button>
+                        </ActionForm>
+                        <FormAlert message=form_error(stop_value) />
+                    })}
+                    {spot_live.then(|| view! {
+                        <ActionForm action=bid attr:class="space-y-2">
+                            <input type="hidden" name="id" value=rental.id />
+                            <label for="new-bid" class="block text-sm font-medium text-slate-800">"Change bid ($/GPU-h)"</label>
+                            <input id="new-bid" name="bid" class=INPUT placeholder="e.g. 1.50" />
+                            <p class="text-sm text-red-700">{move || field_error(bid_value, "bid").get()}</p>
+                            <SubmitButton label="Update bid" pending=bid.pending() />
+                        </ActionForm>
+                    })}
+                </section>
+            </div>
+        </div>
+    }
+}

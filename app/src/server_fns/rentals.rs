@@ -1,0 +1,71 @@
+use cardpool_domain::{
+    AppError,
+    rentals::{Rental, RentalDetail},
+};
+use leptos::prelude::*;
+
+/// Books from the booking form; field problems come back per field.
+#[server(prefix = "/rpc", endpoint = "book_rental")]
+#[allow(clippy::too_many_arguments)] // one per form field
+pub async fn book_rental(
+    host_id: i64,
+    gpu_model: String,
+    kind: String,
+    gpu_count: String,
+    command: String,
+    image: String,
+    env: String,
+    ssh_public_key: String,
+    bid: String,
+    starts_at: String,
+    hours: String,
+) -> Result<Rental, AppError> {
+    let form = cardpool_domain::rentals::BookingForm { host_id, gpu_model, kind, gpu_count, command, image, env, ssh_public_key, bid, starts_at, hours };
+    crate::ssr::respond(async move {
+        let req = crate::ssr::Request::current().await?;
+        let principal = req.principal().await?;
+        cardpool_service::rentals::book_offer(&req.services, &principal, &form.parse()?).await
+    })
+    .await
+}
+
+#[server(prefix = "/rpc", endpoint = "list_rentals")]
+pub async fn list_rentals() -> Result<Vec<Rental>, AppError> {
+    crate::ssr::respond(async move {
+        let req = crate::ssr::Request::current().await?;
+        let principal = req.principal().await?;
+        cardpool_service::rentals::list_rentals(&req.services, &principal).await
+    })
+    .await
+}
+
+#[server(prefix = "/rpc", endpoint = "get_rental")]
+pub async fn get_rental(id: i64) -> Result<RentalDetail, AppError> {
+    crate::ssr::respond(async move {
+        let req = crate::ssr::Request::current().await?;
+        let principal = req.principal().await?;
+        cardpool_service::rentals::get_rental(&req.services, &principal, id).await
+    })
+    .await
+}
+
+#[server(prefix = "/rpc", endpoint = "stop_rental")]
+pub async fn stop_rental(id: i64) -> Result<Rental, AppError> {
+    crate::ssr::respond(async move {
+        let req = crate::ssr::Request::current().await?;
+        let principal = req.principal().await?;
+        cardpool_service::rentals::stop_rental(&req.services, &principal, id).await
+    })
+    .await
+}
+
+#[server(prefix = "/rpc", endpoint = "change_bid")]
+pub async fn change_bid(id: i64, bid: String) -> Result<Rental, AppError> {
+    crate::ssr::respond(async move {
+        let req = crate::ssr::Request::current().await?;
+        let principal = req.principal().await?;
+        let bid_micros = cardpool_domain::money::parse_dollars(&bid).map_err(|e| AppError::invalid_field("bid", e))?;
+        cardpool_service::rentals::change_bid(&req.services, &principal, id, bid_micros).await
+    })
+    .await
+}

@@ -1,0 +1,197 @@
+//! Rentals end to end over HTTP with a real agent (in-process, simulated GPUs, the process
+//! runtime running real shell commands), on SQLite and PostgreSQL: a spot rental runs with only
+//! its GPU visible, is preempted by an on-demand booking (SIGTERM + notice file, then
+//! `preempted`), the on-demand rental runs, is stopped and billed exactly.
+
+mod common;
+
+use cardpool_agent::{connection, enrollment, gpu::simulated::SimulatedSource};
+use cardpool_domain::host::GpuModelPrice;
+use cardpool_server::{config::Config, workers};
+use cardpool_service::{
+    Settings, accounts, backend_tests, hosts,
+    ledger::{self, Book},
+    rentals,
+    testing::Backend,
+};
+use common::TestApp;
+use reqwest::{Client, StatusCode};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+const MODEL: &str = "NVIDIA H100 80GB HBM3";
+
+async fn rental(app: &TestApp, client: &Client, id: i64) -> Value {
+    client.get(app.url(&format!("/api/v1/rentals/{id}"))).send().await.unwrap().json().await.unwrap()
+}
+
+async fn wait_for_state(app: &TestApp, client: &Client, id: i64, state: &str, within: Duration) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let detail = rental(app, client, id).await;
+        if detail["rental"]["state"] == state {
+            return detail;
+        }
+        assert!(Instant::now() < deadline, "rental {id} did not become {state} within {within:?}: {detail}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn funded_renter(app: &TestApp, email: &str, dollars: i64) -> Client {
+    let client = app.browser();
+    app.sign_up(&client, email).await;
+    let id = accounts::principal_for_email(&app.services, email).await.unwrap().user_id;
+    let txn = cardpool_service::db::begin_write(&app.services.db).await.unwrap();
+    let entry = ledger::Entry::new("credit", format!("seed:{email}"), "seed").transfer(
+        Book::PromotionalCredit,
+        Book::Wallet(id),
+        dollars * 1_000_000,
+    );
+    ledger::post(&txn, entry).await.unwrap();
+    txn.commit().await.unwrap();
+    client
+}
+
+async fn a_spot_rental_is_preempted_by_on_demand_and_billing_is_exact(backend: Backend) {
+    let config = Config { heartbeat_interval_secs: 1, host_offline_grace_secs: 5, ..Config::default() };
+    let mut settings = Settings::default();
+    settings.rentals.preemption_notice_secs = 2;
+    let app = TestApp::spawn_configured(backend, settings, config).await;
+    workers::spawn(&app.services, Duration::from_secs(5), Duration::from_secs(1));
+
+    // A provider's host with two simulated H100s, priced and listed, its agent connected.
+    let provider = app.browser();
+    app.sign_up(&provider, "provider@example.com").await;
+    provider.post(app.url("/api/v1/me/provider")).send().await.unwrap();
+    let token: Value = provider
+        .post(app.url("/api/v1/enrollment-tokens"))
+        .json(&json!({"location": "Lab"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let state = enrollment::enroll(&app.base, token["token"].as_str().unwrap(), "rig").await.unwrap();
+    let rentals_dir = std::env::temp_dir().join(format!("cardpool-e2e-rentals-{}-{backend:?}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&rentals_dir);
+    let agent = {
+        let (state, dir) = (state.clone(), rentals_dir.clone());
+        tokio::spawn(async move {
+            let source = SimulatedSource::new("2xH100-80GB", "rig", vec![]).unwrap();
+            connection::run(&state, &source, None, dir).await
+        })
+    };
+    let owner = accounts::principal_for_email(&app.services, "provider@example.com").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while hosts::get_host(&app.services, &owner, state.host_id).await.unwrap().gpus.len() < 2 {
+        assert!(Instant::now() < deadline, "inventory never arrived");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let price = GpuModelPrice {
+        gpu_model: MODEL.into(),
+        on_demand_micros: 3_600_000,
+        reserved_micros: 3_000_000,
+        spot_min_bid_micros: 1_000_000,
+    };
+    hosts::update_host_pricing(&app.services, &owner, state.host_id, &price).await.unwrap();
+    hosts::set_host_listed(&app.services, &owner, state.host_id, true).await.unwrap();
+
+    // A spot renter's workload traps SIGTERM and prints the notice it was given.
+    let spot = funded_renter(&app, "spot@example.com", 20).await;
+    let res = spot
+        .post(app.url("/api/v1/rentals"))
+        .json(&json!({
+            "host_id": state.host_id, "gpu_model": MODEL, "gpu_count": 1, "kind": "spot", "bid_micros": 1_500_000,
+            "workload": {"command": "trap 'cat \"$CARDPOOL_PREEMPT_NOTICE_FILE\"; exit 0' TERM; echo \"gpus=$CUDA_VISIBLE_DEVICES\"; while true; do sleep 0.1; done"}
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::CREATED);
+    let spot_rental: Value = res.json().await.unwrap();
+    let spot_id = spot_rental["id"].as_i64().unwrap();
+    assert_eq!(spot_rental["price_micros"], 1_000_000, "one GPU still free: the minimum clears");
+    wait_for_state(&app, &spot, spot_id, "running", Duration::from_secs(10)).await;
+    let index = spot_rental["gpu_indexes"][0].as_u64().unwrap();
+
+    // On-demand wants both GPUs: the spot rental gets its notice and ends as preempted.
+    let od = funded_renter(&app, "od@example.com", 20).await;
+    let res = od
+        .post(app.url("/api/v1/rentals"))
+        .json(&json!({"host_id": state.host_id, "gpu_model": MODEL, "gpu_count": 2, "workload": {"command": "sleep 600"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::CREATED);
+    let od_id = res.json::<Value>().await.unwrap()["id"].as_i64().unwrap();
+    let noticed = rental(&app, &spot, spot_id).await;
+    assert_eq!(noticed["rental"]["state"], "preempting", "{noticed}");
+    assert!(noticed["rental"]["notice"].as_str().unwrap().starts_with("Preempted"));
+    let preempted = wait_for_state(&app, &spot, spot_id, "preempted", Duration::from_secs(10)).await;
+    let log = std::fs::read_to_string(rentals_dir.join(format!("{spot_id}/workload.log"))).unwrap();
+    assert!(log.contains(&format!("gpus={index}\n")), "only its GPU is visible: {log}");
+    assert!(log.contains("\"reason\":\"preempted\""), "the notice reached the workload: {log}");
+    let billed = preempted["rental"]["billed_seconds"].as_i64().unwrap();
+    assert_eq!(preempted["rental"]["charged_micros"].as_i64().unwrap(), rentals::cost(1_000_000, 1, billed));
+
+    // The on-demand rental starts once the spot workload is gone, runs, and is stopped.
+    let running = wait_for_state(&app, &od, od_id, "running", Duration::from_secs(10)).await;
+    assert_eq!(running["rental"]["gpu_indexes"], json!([0, 1]));
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let res = od.post(app.url(&format!("/api/v1/rentals/{od_id}/stop"))).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let ended = wait_for_state(&app, &od, od_id, "ended", Duration::from_secs(15)).await;
+    let billed = ended["rental"]["billed_seconds"].as_i64().unwrap();
+    assert!((2..=4).contains(&billed), "{ended}");
+    let charged = ended["rental"]["charged_micros"].as_i64().unwrap();
+    assert_eq!(charged, rentals::cost(3_600_000, 2, billed));
+    let wallet: Value = od.get(app.url("/api/v1/wallet")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(wallet["balance_micros"].as_i64().unwrap(), 20_000_000 - charged);
+    let timeline: Vec<&str> =
+        ended["events"].as_array().unwrap().iter().map(|e| e["state"].as_str().unwrap()).collect();
+    assert_eq!(timeline, ["requested", "provisioning", "running", "stopping", "ended"]);
+    // Nobody else sees these rentals.
+    let stranger = app.browser();
+    app.sign_up(&stranger, "stranger@example.com").await;
+    let res = stranger.get(app.url(&format!("/api/v1/rentals/{od_id}"))).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    let res = stranger.post(app.url(&format!("/api/v1/rentals/{od_id}/stop"))).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    assert!(ledger::verify(&app.services.db).await.unwrap().is_sound());
+    agent.abort();
+    let _ = std::fs::remove_dir_all(&rentals_dir);
+}
+
+async fn bad_bookings_are_refused_clearly(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let renter = funded_renter(&app, "renter@example.com", 1).await;
+    let res = renter
+        .post(app.url("/api/v1/rentals"))
+        .json(&json!({"host_id": 999, "gpu_model": MODEL, "gpu_count": 0, "workload": {"command": "x"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let res = renter
+        .post(app.url("/api/v1/rentals"))
+        .json(&json!({"host_id": 999, "gpu_model": MODEL, "gpu_count": 1, "workload": {}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let res = renter
+        .post(app.url("/api/v1/rentals"))
+        .json(&json!({"host_id": 999, "gpu_model": MODEL, "gpu_count": 1, "workload": {"command": "x"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    let anonymous = app.browser();
+    let res = anonymous.get(app.url("/api/v1/rentals")).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+    let listed: Value = renter.get(app.url("/api/v1/rentals")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(listed, json!([]));
+}
+
+backend_tests!(a_spot_rental_is_preempted_by_on_demand_and_billing_is_exact, bad_bookings_are_refused_clearly);
