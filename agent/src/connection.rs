@@ -8,7 +8,7 @@
 use crate::{
     gpu::GpuSource,
     host,
-    runtime::{ContainerRuntime, ProcessRuntime, Runtime},
+    runtime::{ContainerRuntime, ProcessRuntime, Runtime, SimulatedRuntime, WorkloadMode},
     state::AgentState,
     supervisor::{StatusUpdate, Supervisor},
 };
@@ -91,13 +91,20 @@ pub async fn run(
     source: &dyn GpuSource,
     location: Option<String>,
     rentals_dir: PathBuf,
+    mode: WorkloadMode,
 ) -> Result<(), String> {
     let url = gateway_url(&state.server)?;
-    let container = ContainerRuntime::detect().map(|r| Arc::new(r) as Arc<dyn Runtime>);
-    if container.is_none() {
-        eprintln!("cardpool-agent: no Docker with the NVIDIA runtime here; rentals may run commands, not images");
-    }
-    let (supervisor, mut updates) = Supervisor::new(rentals_dir, Arc::new(ProcessRuntime), container);
+    let (process, container): (Arc<dyn Runtime>, Option<Arc<dyn Runtime>>) = match mode {
+        WorkloadMode::Simulate => (Arc::new(SimulatedRuntime), Some(Arc::new(SimulatedRuntime))),
+        WorkloadMode::Run => {
+            let container = ContainerRuntime::detect().map(|r| Arc::new(r) as Arc<dyn Runtime>);
+            if container.is_none() {
+                eprintln!("cardpool-agent: no Docker with the NVIDIA runtime here; rentals may run commands, not images");
+            }
+            (Arc::new(ProcessRuntime), container)
+        }
+    };
+    let (supervisor, mut updates) = Supervisor::new(rentals_dir, process, container);
     let mut backoff = Backoff::new();
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);

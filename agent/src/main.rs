@@ -8,7 +8,9 @@ use cardpool_agent::{
         nvml::NvmlSource,
         simulated::{Fault, SimulatedSource},
     },
-    host, selftest, state,
+    host,
+    runtime::WorkloadMode,
+    selftest, state,
 };
 use clap::{Args, Parser, Subcommand};
 use std::{path::PathBuf, process::ExitCode};
@@ -39,6 +41,10 @@ enum Command {
         state_dir: Option<PathBuf>,
         #[command(flatten)]
         source: SourceArgs,
+        /// With `--simulate`: run renters' commands for real anyway (they see the simulated
+        /// GPU indexes). Without it, simulated hosts run a stand-in process per rental.
+        #[arg(long, requires = "simulate")]
+        run_workloads: bool,
     },
     /// Print what this host would report: host facts and every GPU.
     Inventory {
@@ -107,12 +113,13 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             eprintln!("next: cardpool-agent run");
             Ok(ExitCode::SUCCESS)
         }
-        Command::Run { state_dir, source } => {
+        Command::Run { state_dir, source, run_workloads } => {
             let dir = state_dir.unwrap_or_else(state::default_dir);
             let saved = state::load(&dir)?;
             let hostname = host::host_facts(None).hostname;
             let gpus = source.open(&hostname)?;
-            connection::run(&saved, gpus.as_ref(), source.location.clone(), dir.join("rentals")).await?;
+            let mode = if source.simulate.is_some() && !run_workloads { WorkloadMode::Simulate } else { WorkloadMode::Run };
+            connection::run(&saved, gpus.as_ref(), source.location.clone(), dir.join("rentals"), mode).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Inventory { json, source } => {

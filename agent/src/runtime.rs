@@ -6,7 +6,9 @@
 //! `NVIDIA_VISIBLE_DEVICES` narrowed to the rental's GPUs; [`ContainerRuntime`] runs an image
 //! with Docker and the NVIDIA container runtime, passing only those GPUs (`--gpus device=`).
 //! Both tell the workload where a preemption notice will appear
-//! (`CARDPOOL_PREEMPT_NOTICE_FILE`).
+//! (`CARDPOOL_PREEMPT_NOTICE_FILE`). Hosts with simulated GPUs (the demo, `--simulate`) use
+//! [`SimulatedRuntime`]: a stand-in process takes the workload's place, so attach, signals,
+//! notices and exits are real but no renter's code runs on a machine that has no GPUs to give.
 
 use cardpool_protocol::AttachSpec;
 use std::path::{Path, PathBuf};
@@ -114,6 +116,43 @@ impl Runtime for ContainerRuntime {
         let mut command = Command::new(&self.docker);
         command.args(["rm", "--force"]).arg(Self::container_name(rental_id));
         Some(command)
+    }
+}
+
+/// Which runtimes an agent uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkloadMode {
+    /// Run renters' commands (process runtime) and images (Docker, when present).
+    Run,
+    /// Simulated hosts: a stand-in process per rental, renters' code never runs.
+    Simulate,
+}
+
+/// A stand-in for the workload on simulated hosts: logs what it would run, waits, and on
+/// SIGTERM logs the notice it was given and exits 0.
+pub struct SimulatedRuntime;
+
+impl Runtime for SimulatedRuntime {
+    fn name(&self) -> &'static str {
+        "simulated"
+    }
+
+    fn command(&self, spec: &AttachSpec, dir: &Path) -> Result<Command, String> {
+        let what = spec.command.clone().or_else(|| spec.image.clone()).unwrap_or_default();
+        let script = "echo \"simulated host: standing in for: $CARDPOOL_WORKLOAD (GPUs $CUDA_VISIBLE_DEVICES)\"; \
+             trap 'echo \"notice: $(cat \"$CARDPOOL_PREEMPT_NOTICE_FILE\" 2>/dev/null)\"; exit 0' TERM; \
+             while :; do sleep 1; done";
+        let mut command = Command::new("/bin/sh");
+        command.arg("-c").arg(script).current_dir(dir).env_clear();
+        command.env("PATH", "/usr/local/bin:/usr/bin:/bin");
+        command.env("CARDPOOL_WORKLOAD", what);
+        for (key, value) in rental_env(spec, &dir.join(NOTICE_FILE).to_string_lossy()) {
+            command.env(key, value);
+        }
+        let indexes: Vec<String> = spec.gpu_indexes.iter().map(u32::to_string).collect();
+        command.env("CUDA_VISIBLE_DEVICES", indexes.join(","));
+        command.process_group(0);
+        Ok(command)
     }
 }
 

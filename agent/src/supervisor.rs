@@ -341,10 +341,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_simulated_host_stands_in_and_never_runs_the_renters_code() {
+        let dir = temp_dir("simulated");
+        let sim: Arc<dyn Runtime> = Arc::new(crate::runtime::SimulatedRuntime);
+        let (supervisor, mut rx) = Supervisor::new(dir.clone(), sim.clone(), Some(sim));
+        supervisor.attach(spec(5, "touch pwned"));
+        assert_eq!(next(&mut rx).await, (5, WorkloadStatus::Provisioning));
+        assert_eq!(next(&mut rx).await, (5, WorkloadStatus::Ready));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        supervisor.preempt(5, Duration::from_secs(30)).await;
+        assert_eq!(next(&mut rx).await, (5, WorkloadStatus::Exited { code: Some(0) }));
+        let log = std::fs::read_to_string(dir.join("5/workload.log")).unwrap();
+        assert!(log.contains("standing in for: touch pwned (GPUs 1,3)"), "{log}");
+        assert!(log.contains("\"reason\":\"preempted\""), "{log}");
+        assert!(!dir.join("5/pwned").exists(), "the renter's command ran");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
     async fn detach_stops_a_workload_that_ignores_sigterm() {
         let dir = temp_dir("detach");
         let (supervisor, mut rx) = Supervisor::new(dir.clone(), Arc::new(ProcessRuntime), None);
-        supervisor.attach(spec(3, "sleep 600"));
+        supervisor.attach(spec(3, "trap '' TERM; sleep 600"));
         assert_eq!(next(&mut rx).await, (3, WorkloadStatus::Provisioning));
         assert_eq!(next(&mut rx).await, (3, WorkloadStatus::Ready));
         supervisor.detach(3);

@@ -2,7 +2,7 @@
 //! database, and simulated hosts whose agents run in-process, so a newcomer sees a live
 //! marketplace straight away.
 
-use cardpool_agent::{connection, gpu::simulated::SimulatedSource, state};
+use cardpool_agent::{connection, gpu::simulated::SimulatedSource, runtime::WorkloadMode, state};
 use cardpool_domain::account::SignUpRequest;
 use cardpool_service::{AppResult, Services, accounts, auth::Credential, auth::Principal, hosts};
 use std::path::Path;
@@ -64,7 +64,7 @@ pub async fn start_agents(services: &Services, server_url: &str, state_root: &Pa
                 Ok(source) => source,
                 Err(err) => return tracing::error!(%err, "demo host spec"),
             };
-            if let Err(err) = connection::run(&saved, &source, Some(location.to_owned()), rentals_dir).await {
+            if let Err(err) = connection::run(&saved, &source, Some(location.to_owned()), rentals_dir, WorkloadMode::Simulate).await {
                 tracing::warn!(host = hostname, %err, "demo agent stopped");
             }
         });

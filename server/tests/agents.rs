@@ -3,7 +3,9 @@
 
 mod common;
 
-use cardpool_agent::{connection, enrollment, gpu::simulated::SimulatedSource, state::AgentState};
+use cardpool_agent::{
+    connection, enrollment, gpu::simulated::SimulatedSource, runtime::WorkloadMode, state::AgentState,
+};
 use cardpool_protocol::{AgentMessage, PROTOCOL_VERSION, ProtocolVersion, ServerMessage};
 use cardpool_service::{backend_tests, testing::Backend};
 use common::TestApp;
@@ -59,7 +61,7 @@ fn spawn_agent(state: AgentState, spec: &'static str) -> tokio::task::JoinHandle
     tokio::spawn(async move {
         let source = SimulatedSource::new(spec, "test-host", vec![]).unwrap();
         let dir = std::env::temp_dir().join(format!("cardpool-test-rentals-{}-{}", std::process::id(), state.host_id));
-        connection::run(&state, &source, Some("Lab 1".into()), dir).await
+        connection::run(&state, &source, Some("Lab 1".into()), dir, WorkloadMode::Simulate).await
     })
 }
 
@@ -177,7 +179,7 @@ async fn a_revoked_host_is_disconnected_and_cannot_return(backend: Backend) {
     assert!(ended.unwrap_err().contains("revoked"));
     assert_eq!(host(&app, &client, state.host_id).await["host"]["status"], "revoked");
     let source = SimulatedSource::new("1xL40S-48GB", "doomed", vec![]).unwrap();
-    let back = connection::run(&state, &source, None, std::env::temp_dir().join("cardpool-test-doomed")).await;
+    let back = connection::run(&state, &source, None, std::env::temp_dir().join("cardpool-test-doomed"), WorkloadMode::Simulate).await;
     assert!(back.unwrap_err().contains("rejected"));
 }
 

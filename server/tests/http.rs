@@ -299,7 +299,18 @@ async fn pages_health_and_headers(backend: Backend) {
     assert!(html.contains(&format!("nonce=\"{nonce}\"")), "hydration script carries the nonce");
 
     for page in
-        ["/sign-up", "/sign-in", "/account", "/account/tokens", "/offers", "/offers?kind=spot&min_gpus=", "/wallet"]
+        [
+        "/sign-up",
+        "/sign-in",
+        "/account",
+        "/account/tokens",
+        "/offers",
+        "/offers?kind=spot&min_gpus=",
+        "/wallet",
+        "/rentals",
+        "/rentals/1",
+        "/rent?host=1&model=x",
+    ]
     {
         assert_eq!(client.get(app.url(page)).send().await.unwrap().status(), StatusCode::OK, "{page}");
     }

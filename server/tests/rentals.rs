@@ -5,7 +5,7 @@
 
 mod common;
 
-use cardpool_agent::{connection, enrollment, gpu::simulated::SimulatedSource};
+use cardpool_agent::{connection, enrollment, gpu::simulated::SimulatedSource, runtime::WorkloadMode};
 use cardpool_domain::host::GpuModelPrice;
 use cardpool_server::{config::Config, workers};
 use cardpool_service::{
@@ -79,7 +79,7 @@ async fn a_spot_rental_is_preempted_by_on_demand_and_billing_is_exact(backend: B
         let (state, dir) = (state.clone(), rentals_dir.clone());
         tokio::spawn(async move {
             let source = SimulatedSource::new("2xH100-80GB", "rig", vec![]).unwrap();
-            connection::run(&state, &source, None, dir).await
+            connection::run(&state, &source, None, dir, WorkloadMode::Run).await
         })
     };
     let owner = accounts::principal_for_email(&app.services, "provider@example.com").await.unwrap();

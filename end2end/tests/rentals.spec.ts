@@ -1,0 +1,103 @@
+import { expect, test, type Page } from "@playwright/test";
+import { failOnCspViolations, hydrated, snap } from "./support";
+
+// Renting in the browser against the demo server, whose simulated hosts' agents attach GPUs
+// for real (the workload process runs, gets signals and notices; the GPUs are simulated):
+// an on-demand rental is booked, seen provisioning then running, stopped, and its exact
+// charge is what left the wallet; a spot rental is preempted by an on-demand booking, gets its
+// notice and ends as preempted. Every rental is ended again, so the market is as it was.
+failOnCspViolations();
+
+async function signIn(page: Page, email: string) {
+  await page.goto("/sign-in");
+  await hydrated(page);
+  await page.getByLabel("Email").fill(email);
+  await page.getByLabel("Password").fill("cardpool-demo");
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await expect(page).toHaveURL(/\/account$/);
+}
+
+/** "$1.234567" → 1234567 micro-dollars, exactly. */
+function micros(text: string): bigint {
+  const [whole, fraction = ""] = text.replace("$", "").trim().split(".");
+  return BigInt(whole) * 1_000_000n + BigInt(fraction.padEnd(6, "0"));
+}
+
+async function balance(page: Page): Promise<bigint> {
+  await page.goto("/wallet");
+  const text = await page.getByTestId("wallet-balance").innerText();
+  return micros(text);
+}
+
+/** Books from the Warsaw RTX 4090 offer (2 GPUs) and returns the rental page's URL. */
+async function book(page: Page, kind: "on_demand" | "spot", gpus: number, command: string, bid?: string) {
+  await page.goto(`/offers?location=PL&kind=${kind}`);
+  await page.getByTestId("offer-rent").first().click();
+  await expect(page.getByRole("heading", { name: "Rent GPUs" })).toBeVisible();
+  await hydrated(page);
+  await expect(page.getByLabel("Rental kind")).toHaveValue(kind);
+  await page.getByLabel("Number of GPUs").fill(String(gpus));
+  await page.getByLabel("Command").fill(command);
+  if (bid) await page.getByLabel("Your bid ($ per GPU-hour)").fill(bid);
+  await page.getByRole("button", { name: "Book" }).click();
+  await expect(page).toHaveURL(/\/rentals\/\d+$/);
+  return page.url();
+}
+
+test("a renter books on-demand, watches it start, stops it and pays exactly its charge", async ({ page }) => {
+  test.setTimeout(120_000);
+  await signIn(page, "renter@demo.cardpool.dev");
+  const before = await balance(page);
+
+  // A mistake is explained on the form and books nothing.
+  await page.goto("/offers?location=PL");
+  await page.getByTestId("offer-rent").first().click();
+  await hydrated(page);
+  await page.getByLabel("Number of GPUs").fill("1");
+  await page.getByRole("button", { name: "Book" }).click();
+  await expect(page.getByText("give a command to run or a container image")).toBeVisible();
+  await snap(page, "rent-form-error");
+
+  const url = await book(page, "on_demand", 1, "python train.py --epochs 3");
+  // Booked → attaching → running, shown as it happens.
+  await expect(page.getByTestId("rental-timeline")).toContainText("booked by the renter");
+  await expect(page.getByTestId("rental-state")).toHaveText("Running", { timeout: 30_000 });
+  await expect(page.getByTestId("rental-timeline")).toContainText("billing started");
+  await snap(page, "rental-running");
+  await page.waitForTimeout(3_000);
+  await page.getByRole("button", { name: "Stop rental" }).click();
+  await expect(page.getByTestId("rental-state")).toHaveText("Ended", { timeout: 30_000 });
+  const charged = micros(await page.getByTestId("rental-charged").innerText());
+  expect(charged).toBeGreaterThan(0n);
+  await expect(page.getByTestId("rental-timeline")).toContainText("stop requested by the renter");
+  await snap(page, "rental-ended");
+
+  // Exactly the rental's charge left the wallet.
+  expect(await balance(page)).toBe(before - charged);
+  await page.goto("/rentals");
+  await expect(page.locator(`a[href="${new URL(url).pathname}"]`)).toContainText("Ended");
+  await snap(page, "rentals");
+});
+
+test("a spot rental preempted by an on-demand booking gets its notice and ends as preempted", async ({ page }) => {
+  test.setTimeout(150_000);
+  await signIn(page, "renter@demo.cardpool.dev");
+  const spot = await book(page, "spot", 1, "python sweep.py", "0.20");
+  await expect(page.getByTestId("rental-state")).toHaveText("Running", { timeout: 30_000 });
+  await expect(page.getByText("Your bid: $0.20/GPU-h")).toBeVisible();
+
+  // On-demand for both GPUs of that host needs the spot rental's GPU.
+  const onDemand = await book(page, "on_demand", 2, "python train.py");
+  await page.goto(spot);
+  await expect(page.getByTestId("rental-state")).toHaveText("Preempting");
+  await expect(page.getByTestId("rental-notice")).toContainText("Preempted: this spot rental stops at");
+  await snap(page, "rental-preempting");
+  // After the notice period (30 s) the agent stops the workload.
+  await expect(page.getByTestId("rental-state")).toHaveText("Preempted", { timeout: 60_000 });
+  await expect(page.getByTestId("rental-timeline")).toContainText("preempted by higher-priority demand");
+
+  await page.goto(onDemand);
+  await expect(page.getByTestId("rental-state")).toHaveText("Running", { timeout: 30_000 });
+  await page.getByRole("button", { name: "Stop rental" }).click();
+  await expect(page.getByTestId("rental-state")).toHaveText("Ended", { timeout: 30_000 });
+});
