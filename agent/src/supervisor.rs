@@ -365,10 +365,14 @@ mod tests {
         supervisor.attach(spec(3, "trap '' TERM; sleep 600"));
         assert_eq!(next(&mut rx).await, (3, WorkloadStatus::Provisioning));
         assert_eq!(next(&mut rx).await, (3, WorkloadStatus::Ready));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let asked = std::time::Instant::now();
         supervisor.detach(3);
         let (id, status) = next(&mut rx).await;
         assert_eq!(id, 3);
-        assert!(matches!(status, WorkloadStatus::Exited { .. }), "{status:?}");
+        // SIGTERM was ignored; SIGKILL came after the grace period.
+        assert_eq!(status, WorkloadStatus::Exited { code: None });
+        assert!(asked.elapsed() >= STOP_GRACE, "{:?}", asked.elapsed());
         // An image on a host without Docker fails clearly.
         let mut container = spec(4, "");
         container.command = None;
