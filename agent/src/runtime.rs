@@ -128,8 +128,9 @@ pub enum WorkloadMode {
     Simulate,
 }
 
-/// A stand-in for the workload on simulated hosts: logs what it would run, waits, and on
-/// SIGTERM logs the notice it was given and exits 0.
+/// A stand-in for the workload on simulated hosts: logs what it would run and waits. On
+/// SIGTERM with a preemption notice it logs the notice and keeps going until it is stopped at
+/// the deadline (as a checkpointing job would); on a plain SIGTERM (a stop) it exits 0.
 pub struct SimulatedRuntime;
 
 impl Runtime for SimulatedRuntime {
@@ -140,7 +141,7 @@ impl Runtime for SimulatedRuntime {
     fn command(&self, spec: &AttachSpec, dir: &Path) -> Result<Command, String> {
         let what = spec.command.clone().or_else(|| spec.image.clone()).unwrap_or_default();
         let script = "echo \"simulated host: standing in for: $CARDPOOL_WORKLOAD (GPUs $CUDA_VISIBLE_DEVICES)\"; \
-             trap 'echo \"notice: $(cat \"$CARDPOOL_PREEMPT_NOTICE_FILE\" 2>/dev/null)\"; exit 0' TERM; \
+             trap 'if [ -f \"$CARDPOOL_PREEMPT_NOTICE_FILE\" ]; then echo \"notice: $(cat \"$CARDPOOL_PREEMPT_NOTICE_FILE\")\"; else exit 0; fi' TERM; \
              while :; do sleep 1; done";
         let mut command = Command::new("/bin/sh");
         command.arg("-c").arg(script).current_dir(dir).env_clear();

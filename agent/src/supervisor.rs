@@ -57,6 +57,8 @@ impl Supervisor {
         container: Option<Arc<dyn Runtime>>,
     ) -> (Supervisor, mpsc::UnboundedReceiver<StatusUpdate>) {
         let (updates, receiver) = mpsc::unbounded_channel();
+        // Workloads run in their own directory: paths handed to them must not be relative.
+        let dir = std::path::absolute(&dir).unwrap_or(dir);
         let inner =
             Inner { dir, process, container, workloads: Mutex::new(HashMap::new()), updates, finished: Mutex::new(0) };
         (Supervisor { inner: Arc::new(inner) }, receiver)
@@ -349,12 +351,22 @@ mod tests {
         assert_eq!(next(&mut rx).await, (5, WorkloadStatus::Provisioning));
         assert_eq!(next(&mut rx).await, (5, WorkloadStatus::Ready));
         tokio::time::sleep(Duration::from_millis(300)).await;
-        supervisor.preempt(5, Duration::from_secs(30)).await;
-        assert_eq!(next(&mut rx).await, (5, WorkloadStatus::Exited { code: Some(0) }));
+        // It takes the notice and runs on until the deadline, when it is killed.
+        let noticed = std::time::Instant::now();
+        supervisor.preempt(5, Duration::from_secs(2)).await;
+        assert_eq!(next(&mut rx).await, (5, WorkloadStatus::Exited { code: None }));
+        assert!(noticed.elapsed() >= Duration::from_secs(2));
         let log = std::fs::read_to_string(dir.join("5/workload.log")).unwrap();
         assert!(log.contains("standing in for: touch pwned (GPUs 1,3)"), "{log}");
         assert!(log.contains("\"reason\":\"preempted\""), "{log}");
         assert!(!dir.join("5/pwned").exists(), "the renter's command ran");
+        // A plain stop ends it at once.
+        supervisor.attach(spec(6, "x"));
+        assert_eq!(next(&mut rx).await, (6, WorkloadStatus::Provisioning));
+        assert_eq!(next(&mut rx).await, (6, WorkloadStatus::Ready));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        supervisor.detach(6);
+        assert_eq!(next(&mut rx).await, (6, WorkloadStatus::Exited { code: Some(0) }));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -1,0 +1,217 @@
+//! Benchmark (not a test): bookings per second under contention, on SQLite and PostgreSQL,
+//! through the service layer a booking request runs (HTTP adds the same small cost to every
+//! request and is measured by `bench_offers`).
+//!
+//! ```sh
+//! cargo run --release -p cardpool-server --example bench_bookings            # both backends
+//! cargo run --release -p cardpool-server --example bench_bookings -- sqlite  # one
+//! ```
+//! `BENCH_CLIENTS` renters (32) book 1–4 GPUs at a time on `BENCH_HOSTS` hosts (4) of 8 GPUs
+//! for `BENCH_SECONDS` (10); every accepted rental is stopped and ended a moment later (as its
+//! agent would), so GPUs keep changing hands. Afterwards every hold ever made is checked
+//! pairwise: no GPU was held by two rentals over overlapping time, and the ledger balances.
+#![allow(clippy::print_stdout)] // printing the figures is the point
+
+use cardpool_domain::{
+    AppError,
+    account::SignUpRequest,
+    host::GpuModelPrice,
+    offers::RentalKind,
+    rentals::{BookOfferRequest, RentalState, Workload},
+};
+use cardpool_protocol::{GpuInfo, HostFacts, Inventory, PROTOCOL_VERSION};
+use cardpool_service::{
+    Services, Settings, accounts,
+    auth::{Credential, Principal},
+    db::begin_write,
+    hosts,
+    ledger::{self, Book, Entry},
+    rentals,
+    testing::{Backend, TestDb},
+};
+use sea_orm::{ConnectionTrait, Statement};
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+const MODEL: &str = "NVIDIA H100 80GB HBM3";
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+async fn person(services: &Services, email: &str, provider: bool) -> Principal {
+    let me =
+        accounts::sign_up(services, &SignUpRequest { email: email.into(), password: "correct horse battery".into() })
+            .await
+            .expect("sign up");
+    let mut principal = Principal { user_id: me.id, email: me.email, roles: me.roles, credential: Credential::Session };
+    if provider {
+        principal.roles = accounts::enable_provider(services, &principal).await.expect("provider").roles;
+    } else {
+        let txn = begin_write(&services.db).await.expect("txn");
+        let entry = Entry::new("credit", format!("bench:{email}"), "bench").transfer(
+            Book::PromotionalCredit,
+            Book::Wallet(me.id),
+            1_000_000_000_000,
+        );
+        ledger::post(&txn, entry).await.expect("credit");
+        txn.commit().await.expect("commit");
+    }
+    principal
+}
+
+async fn host(services: &Services, provider: &Principal, name: &str) -> i64 {
+    let token = hosts::create_enrollment_token(services, provider, Some("Lab"), "http://x").await.expect("token");
+    let enrolled = hosts::enroll_host(services, &token.token, name).await.expect("enroll");
+    let row = hosts::authenticate_host(services, &enrolled.credential).await.expect("host");
+    let uuids: Vec<String> = (0..8).map(|i| format!("GPU-{name}-{i}")).collect();
+    let inventory = Inventory {
+        protocol: PROTOCOL_VERSION,
+        host: HostFacts {
+            hostname: name.into(),
+            cpu_model: "EPYC".into(),
+            cpu_cores: 64,
+            ram_bytes: 1 << 39,
+            disk_bytes: 1 << 41,
+            os: "Debian".into(),
+            agent_version: "0.1.0".into(),
+            location: None,
+        },
+        gpus: (0..8)
+            .map(|i| GpuInfo {
+                index: i as u32,
+                uuid: uuids[i].clone(),
+                name: MODEL.into(),
+                pci_bus_id: format!("00000000:{i:02X}:00.0"),
+                memory_total_bytes: 80 << 30,
+                driver_version: "550".into(),
+                cuda_version: "12.4".into(),
+                power_limit_milliwatts: None,
+                mig_enabled: None,
+                nvlink_peers: (0..8).filter(|j| *j != i).map(|j| uuids[j].clone()).collect(),
+            })
+            .collect(),
+    };
+    hosts::record_inventory(services, &row, &inventory).await.expect("inventory");
+    let price = GpuModelPrice {
+        gpu_model: MODEL.into(),
+        on_demand_micros: 2_000_000,
+        reserved_micros: 1_600_000,
+        spot_min_bid_micros: 800_000,
+    };
+    hosts::update_host_pricing(services, provider, row.id, &price).await.expect("price");
+    hosts::set_host_listed(services, provider, row.id, true).await.expect("list");
+    hosts::record_heartbeat(services, &row).await.expect("heartbeat");
+    row.id
+}
+
+#[derive(Default)]
+struct Tally {
+    accepted: AtomicU64,
+    rejected: AtomicU64,
+    errors: AtomicU64,
+}
+
+#[tokio::main]
+async fn main() {
+    let clients = env("BENCH_CLIENTS", 32) as usize;
+    let host_count = env("BENCH_HOSTS", 4) as usize;
+    let seconds = env("BENCH_SECONDS", 10);
+    let wanted = std::env::args().nth(1);
+    println!(
+        "booking benchmark: {clients} concurrent renters, {host_count} hosts × 8 GPUs, {seconds} s per backend, 1–4 GPUs per booking"
+    );
+    println!("{:<10} {:>10} {:>12} {:>10} {:>8} {:>10} {:>8}", "backend", "attempts/s", "bookings/s", "rejected", "errors", "overlaps", "ledger");
+    for (backend, name) in [(Backend::Sqlite, "sqlite"), (Backend::Postgres, "postgres")]
+        .into_iter()
+        .filter(|(_, n)| wanted.as_deref().is_none_or(|w| w == *n))
+    {
+        let db = TestDb::new(backend).await;
+        let services = Services::new(db.connect().await, Settings::default()).await.expect("services");
+        let provider = person(&services, "provider@bench.example", true).await;
+        let mut host_ids = Vec::new();
+        for i in 0..host_count {
+            host_ids.push(host(&services, &provider, &format!("bench-{i}")).await);
+        }
+        let mut renters = Vec::new();
+        for i in 0..clients {
+            renters.push(person(&services, &format!("renter-{i}@bench.example"), false).await);
+        }
+        let tally = Arc::new(Tally::default());
+        let deadline = Instant::now() + Duration::from_secs(seconds);
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for (i, renter) in renters.into_iter().enumerate() {
+            let (services, tally, host_ids) = (services.clone(), tally.clone(), host_ids.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut n = i;
+                while Instant::now() < deadline {
+                    n = n.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    let request = BookOfferRequest {
+                        host_id: host_ids[(n >> 33) as usize % host_ids.len()],
+                        gpu_model: MODEL.into(),
+                        gpu_count: 1 + ((n >> 40) % 4) as u32,
+                        kind: RentalKind::OnDemand,
+                        workload: Workload { command: Some("python train.py".into()), ..Workload::default() },
+                        bid_micros: None,
+                        starts_at: None,
+                        hours: None,
+                    };
+                    match rentals::book_offer(&services, &renter, &request).await {
+                        Ok(rental) => {
+                            tally.accepted.fetch_add(1, Ordering::Relaxed);
+                            tokio::time::sleep(Duration::from_millis((n >> 50) % 20)).await;
+                            let ended = match rentals::stop_rental(&services, &renter, rental.id).await {
+                                Ok(_) => rentals::transition(&services, rental.id, RentalState::Ended, "bench").await,
+                                Err(err) => Err(err),
+                            };
+                            if ended.is_err() {
+                                tally.errors.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        Err(AppError::Conflict(_)) => {
+                            tally.rejected.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(_) => {
+                            tally.errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.expect("client");
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        // Every hold ever made, active or released (released holds keep their real interval).
+        let overlaps = services
+            .db
+            .query_one_raw(Statement::from_string(
+                services.db.get_database_backend(),
+                "SELECT COUNT(*) AS n FROM rental_gpus a JOIN rental_gpus b ON a.gpu_id = b.gpu_id AND a.id < b.id \
+                 AND a.starts_at < b.ends_at AND b.starts_at < a.ends_at",
+            ))
+            .await
+            .expect("overlap query")
+            .and_then(|row| row.try_get::<i64>("", "n").ok())
+            .unwrap_or(-1);
+        let sound = ledger::verify(&services.db).await.expect("ledger").is_sound();
+        let accepted = tally.accepted.load(Ordering::Relaxed);
+        let rejected = tally.rejected.load(Ordering::Relaxed);
+        println!(
+            "{:<10} {:>10.1} {:>12.1} {:>10} {:>8} {:>10} {:>8}",
+            name,
+            (accepted + rejected) as f64 / elapsed,
+            accepted as f64 / elapsed,
+            rejected,
+            tally.errors.load(Ordering::Relaxed),
+            overlaps,
+            if sound { "sound" } else { "UNSOUND" }
+        );
+    }
+}
