@@ -99,7 +99,9 @@ pub async fn run(
         WorkloadMode::Run => {
             let container = ContainerRuntime::detect().map(|r| Arc::new(r) as Arc<dyn Runtime>);
             if container.is_none() {
-                eprintln!("cardpool-agent: no Docker with the NVIDIA runtime here; rentals may run commands, not images");
+                eprintln!(
+                    "cardpool-agent: no Docker with the NVIDIA runtime here; rentals may run commands, not images"
+                );
             }
             (Arc::new(ProcessRuntime), container)
         }

@@ -6,6 +6,6 @@ pub mod enrollment;
 pub mod gpu;
 pub mod host;
 pub mod runtime;
-pub mod supervisor;
 pub mod selftest;
 pub mod state;
+pub mod supervisor;

@@ -118,7 +118,8 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             let saved = state::load(&dir)?;
             let hostname = host::host_facts(None).hostname;
             let gpus = source.open(&hostname)?;
-            let mode = if source.simulate.is_some() && !run_workloads { WorkloadMode::Simulate } else { WorkloadMode::Run };
+            let mode =
+                if source.simulate.is_some() && !run_workloads { WorkloadMode::Simulate } else { WorkloadMode::Run };
             connection::run(&saved, gpus.as_ref(), source.location.clone(), dir.join("rentals"), mode).await?;
             Ok(ExitCode::SUCCESS)
         }

@@ -85,7 +85,8 @@ impl ContainerRuntime {
 
     /// Docker with the NVIDIA runtime, if this host has both.
     pub fn detect() -> Option<ContainerRuntime> {
-        let output = std::process::Command::new("docker").args(["info", "--format", "{{json .Runtimes}}"]).output().ok()?;
+        let output =
+            std::process::Command::new("docker").args(["info", "--format", "{{json .Runtimes}}"]).output().ok()?;
         (output.status.success() && String::from_utf8_lossy(&output.stdout).contains("nvidia"))
             .then(|| ContainerRuntime { docker: PathBuf::from("docker") })
     }

@@ -7,8 +7,8 @@
 //! reconnect and its status changes are queued until the next connection sends them.
 
 use crate::runtime::{NOTICE_FILE, Runtime};
-use nix::sys::signal::Signal;
 use cardpool_protocol::{AttachSpec, WorkloadStatus};
+use nix::sys::signal::Signal;
 use std::{
     collections::HashMap,
     path::PathBuf,
@@ -123,7 +123,13 @@ impl Supervisor {
             }
             workloads.insert(
                 rental_id,
-                Workload { status: WorkloadStatus::Provisioning, pgid: None, noticed: false, stop: None, finished_order: 0 },
+                Workload {
+                    status: WorkloadStatus::Provisioning,
+                    pgid: None,
+                    noticed: false,
+                    stop: None,
+                    finished_order: 0,
+                },
             );
         }
         self.report(rental_id, WorkloadStatus::Provisioning);
@@ -139,7 +145,9 @@ impl Supervisor {
                 None => {
                     return self.set_status(
                         rental_id,
-                        WorkloadStatus::Failed { reason: "this host has no container runtime (Docker with NVIDIA)".into() },
+                        WorkloadStatus::Failed {
+                            reason: "this host has no container runtime (Docker with NVIDIA)".into(),
+                        },
                     );
                 }
             }
@@ -148,12 +156,17 @@ impl Supervisor {
         };
         let dir = self.inner.dir.join(rental_id.to_string());
         if let Err(err) = tokio::fs::create_dir_all(&dir).await {
-            return self.set_status(rental_id, WorkloadStatus::Failed { reason: format!("cannot create {}: {err}", dir.display()) });
+            return self.set_status(
+                rental_id,
+                WorkloadStatus::Failed { reason: format!("cannot create {}: {err}", dir.display()) },
+            );
         }
         let _ = tokio::fs::remove_file(dir.join(NOTICE_FILE)).await;
         let log = match std::fs::OpenOptions::new().create(true).append(true).open(dir.join("workload.log")) {
             Ok(log) => log,
-            Err(err) => return self.set_status(rental_id, WorkloadStatus::Failed { reason: format!("cannot open log: {err}") }),
+            Err(err) => {
+                return self.set_status(rental_id, WorkloadStatus::Failed { reason: format!("cannot open log: {err}") });
+            }
         };
         let mut command = match runtime.command(&spec, &dir) {
             Ok(command) => command,
@@ -167,7 +180,10 @@ impl Supervisor {
         let mut child = match command.spawn() {
             Ok(child) => child,
             Err(err) => {
-                return self.set_status(rental_id, WorkloadStatus::Failed { reason: format!("cannot start the workload: {err}") });
+                return self.set_status(
+                    rental_id,
+                    WorkloadStatus::Failed { reason: format!("cannot start the workload: {err}") },
+                );
             }
         };
         let (stop_tx, stop_rx) = oneshot::channel::<Duration>();

@@ -88,6 +88,9 @@ pub struct OfferQuery {
     /// Offers per page (at most 100; default 20).
     #[serde(deserialize_with = "lenient::number")]
     pub per_page: Option<u32>,
+    /// Only this host's offers.
+    #[serde(deserialize_with = "lenient::number")]
+    pub host_id: Option<i64>,
 }
 
 impl OfferQuery {
@@ -109,6 +112,7 @@ impl OfferQuery {
         push("sort", self.sort.map(|s| s.as_str().to_owned()));
         push("page", self.page.filter(|p| *p > 1).map(|n| n.to_string()));
         push("per_page", self.per_page.map(|n| n.to_string()));
+        push("host_id", self.host_id.map(|n| n.to_string()));
         pairs.into_iter().map(|(k, v)| format!("{k}={}", percent_encode(&v))).collect::<Vec<_>>().join("&")
     }
 }
@@ -134,10 +138,15 @@ mod lenient {
         Text(String),
     }
 
-    pub fn number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    pub fn number<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+    where
+        D: Deserializer<'de>,
+        T: TryFrom<u64> + std::str::FromStr,
+        <T as TryFrom<u64>>::Error: std::fmt::Display,
+    {
         match Option::<Raw>::deserialize(d)? {
             None => Ok(None),
-            Some(Raw::Number(n)) => u32::try_from(n).map(Some).map_err(D::Error::custom),
+            Some(Raw::Number(n)) => T::try_from(n).map(Some).map_err(D::Error::custom),
             Some(Raw::Text(t)) if t.trim().is_empty() => Ok(None),
             Some(Raw::Text(t)) => {
                 t.trim().parse().map(Some).map_err(|_| D::Error::custom(format!("{t:?} is not a whole number")))
@@ -167,6 +176,9 @@ pub struct Offer {
     pub on_demand_micros: i64,
     pub reserved_micros: i64,
     pub spot_min_bid_micros: i64,
+    /// The spot clearing price now: the minimum bid while GPUs are free, else the lowest
+    /// winning bid.
+    pub spot_price_micros: i64,
     pub location: Option<String>,
     /// Thousandths of a CPU core per GPU (hosts may have fewer cores than GPUs).
     pub cpu_millicores_per_gpu: Option<u32>,
@@ -178,6 +190,26 @@ pub struct Offer {
     pub interconnect: String,
     /// Share of the last 7 days (or since enrollment) the host was online, in permille.
     pub uptime_permille: u32,
+}
+
+/// One spot clearing price, in force from `at` until the next.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PricePoint {
+    pub at: chrono::DateTime<chrono::Utc>,
+    pub price_micros: i64,
+}
+
+/// One offer (a GPU model on a host) with its spot clearing-price history; `offer` is `None`
+/// when none of its GPUs are free right now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct OfferDetail {
+    pub host_id: i64,
+    pub gpu_model: String,
+    pub offer: Option<Offer>,
+    /// The last 24 hours, oldest first.
+    pub spot_prices: Vec<PricePoint>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -157,6 +157,10 @@ pub struct Rental {
     /// Seconds billed so far and what they cost, micro-dollars.
     pub billed_seconds: i64,
     pub charged_micros: i64,
+    /// Seconds run so far and what they cost, up to now: settled into the ledger at least
+    /// every minute, so these lead `billed_seconds`/`charged_micros` by less than that.
+    pub accrued_seconds: i64,
+    pub accrued_micros: i64,
     /// A warning for the renter (low balance, preemption notice), if any.
     pub notice: Option<String>,
     pub created_at: chrono::DateTime<chrono::Utc>,
@@ -199,9 +203,9 @@ impl BookingForm {
         });
         let text = |raw: &str| Some(raw.trim().to_owned()).filter(|v| !v.is_empty());
         let bid_micros = match (kind, text(&self.bid)) {
-            (RentalKind::Spot, Some(raw)) => crate::money::parse_dollars(&raw)
-                .map_err(|e| fields.insert("bid".into(), e))
-                .ok(),
+            (RentalKind::Spot, Some(raw)) => {
+                crate::money::parse_dollars(&raw).map_err(|e| fields.insert("bid".into(), e)).ok()
+            }
             (RentalKind::Spot, None) => {
                 fields.insert("bid".into(), "your bid per GPU-hour, e.g. 1.20".into());
                 None

@@ -64,11 +64,14 @@ test("a renter books on-demand, watches it start, stops it and pays exactly its 
   await expect(page.getByTestId("rental-state")).toHaveText("Running", { timeout: 30_000 });
   await expect(page.getByTestId("rental-timeline")).toContainText("billing started");
   await snap(page, "rental-running");
-  await page.waitForTimeout(3_000);
+  // Its cost grows by the second while it runs.
+  await expect(page.getByTestId("rental-cost")).not.toHaveText("$0.00", { timeout: 10_000 });
   await page.getByRole("button", { name: "Stop rental" }).click();
   await expect(page.getByTestId("rental-state")).toHaveText("Ended", { timeout: 30_000 });
   const charged = micros(await page.getByTestId("rental-charged").innerText());
   expect(charged).toBeGreaterThan(0n);
+  // Once ended, everything it cost has been charged.
+  await expect(page.getByTestId("rental-cost")).toHaveText(await page.getByTestId("rental-charged").innerText());
   await expect(page.getByTestId("rental-timeline")).toContainText("stop requested by the renter");
   await snap(page, "rental-ended");
 

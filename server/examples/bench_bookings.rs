@@ -126,7 +126,10 @@ async fn main() {
     println!(
         "booking benchmark: {clients} concurrent renters, {host_count} hosts × 8 GPUs, {seconds} s per backend, 1–4 GPUs per booking"
     );
-    println!("{:<10} {:>10} {:>12} {:>10} {:>8} {:>10} {:>8}", "backend", "attempts/s", "bookings/s", "rejected", "errors", "overlaps", "ledger");
+    println!(
+        "{:<10} {:>10} {:>12} {:>10} {:>8} {:>10} {:>8}",
+        "backend", "attempts/s", "bookings/s", "rejected", "errors", "overlaps", "ledger"
+    );
     for (backend, name) in [(Backend::Sqlite, "sqlite"), (Backend::Postgres, "postgres")]
         .into_iter()
         .filter(|(_, n)| wanted.as_deref().is_none_or(|w| w == *n))
@@ -149,7 +152,7 @@ async fn main() {
         for (i, renter) in renters.into_iter().enumerate() {
             let (services, tally, host_ids) = (services.clone(), tally.clone(), host_ids.clone());
             tasks.push(tokio::spawn(async move {
-                let mut n = i;
+                let mut n = i as u64;
                 while Instant::now() < deadline {
                     n = n.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                     let request = BookOfferRequest {

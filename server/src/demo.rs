@@ -64,7 +64,9 @@ pub async fn start_agents(services: &Services, server_url: &str, state_root: &Pa
                 Ok(source) => source,
                 Err(err) => return tracing::error!(%err, "demo host spec"),
             };
-            if let Err(err) = connection::run(&saved, &source, Some(location.to_owned()), rentals_dir, WorkloadMode::Simulate).await {
+            if let Err(err) =
+                connection::run(&saved, &source, Some(location.to_owned()), rentals_dir, WorkloadMode::Simulate).await
+            {
                 tracing::warn!(host = hostname, %err, "demo agent stopped");
             }
         });

@@ -179,7 +179,14 @@ async fn a_revoked_host_is_disconnected_and_cannot_return(backend: Backend) {
     assert!(ended.unwrap_err().contains("revoked"));
     assert_eq!(host(&app, &client, state.host_id).await["host"]["status"], "revoked");
     let source = SimulatedSource::new("1xL40S-48GB", "doomed", vec![]).unwrap();
-    let back = connection::run(&state, &source, None, std::env::temp_dir().join("cardpool-test-doomed"), WorkloadMode::Simulate).await;
+    let back = connection::run(
+        &state,
+        &source,
+        None,
+        std::env::temp_dir().join("cardpool-test-doomed"),
+        WorkloadMode::Simulate,
+    )
+    .await;
     assert!(back.unwrap_err().contains("rejected"));
 }
 

@@ -298,8 +298,7 @@ async fn pages_health_and_headers(backend: Backend) {
     assert!(html.contains("Rent GPUs by the second"));
     assert!(html.contains(&format!("nonce=\"{nonce}\"")), "hydration script carries the nonce");
 
-    for page in
-        [
+    for page in [
         "/sign-up",
         "/sign-in",
         "/account",
@@ -310,8 +309,7 @@ async fn pages_health_and_headers(backend: Backend) {
         "/rentals",
         "/rentals/1",
         "/rent?host=1&model=x",
-    ]
-    {
+    ] {
         assert_eq!(client.get(app.url(page)).send().await.unwrap().status(), StatusCode::OK, "{page}");
     }
     // The market is public; malformed filters are a clear 422.

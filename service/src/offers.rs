@@ -2,11 +2,15 @@
 //! sorted and paged by the database (one query for the page, one for the total), so it stays
 //! fast with thousands of hosts and always reflects the current state.
 
-use crate::{AppError, AppResult, Services, entities::host_events, internal};
+use crate::{
+    AppError, AppResult, Services,
+    entities::{host_events, spot_prices},
+    internal,
+};
 use cardpool_domain::{
     host::HostStatus,
     money::parse_dollars,
-    offers::{Offer, OfferPage, OfferQuery, OfferSort, RentalKind, cuda_version_number},
+    offers::{Offer, OfferDetail, OfferPage, OfferQuery, OfferSort, PricePoint, RentalKind, cuda_version_number},
 };
 use cardpool_protocol::HostFacts;
 use chrono::{DateTime, Duration, Utc};
@@ -72,6 +76,7 @@ struct Filters {
     gpu_model: Option<String>,
     min_gpus: u32,
     min_vram: Option<i64>,
+    host_id: Option<i64>,
 }
 
 fn validate(query: &OfferQuery) -> AppResult<Filters> {
@@ -112,6 +117,7 @@ fn validate(query: &OfferQuery) -> AppResult<Filters> {
         gpu_model: clean(&query.gpu_model),
         min_gpus: query.min_gpus.unwrap_or(1).max(1),
         min_vram: query.min_vram_gib.map(|g| i64::from(g) * GIB),
+        host_id: query.host_id,
     })
 }
 
@@ -128,18 +134,21 @@ pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<O
     let listed = sql.bind(true);
     let online = sql.bind(HostStatus::Online.as_str());
     let at = Utc::now();
-    let (active, now, also_now) = (sql.bind(true), sql.bind(at), sql.bind(at));
+    let (active, now) = (sql.bind(true), sql.bind(at));
     let mut conditions = vec![
         "g.state = 'available'".to_owned(),
         format!("h.listed = {listed}"),
         format!("h.status = {online}"),
         "h.revoked_at IS NULL".to_owned(),
-        // Held by a rental right now: not free.
+        // Held by a rental now or later (a reservation): not free, as booking sees it.
         format!(
             "NOT EXISTS (SELECT 1 FROM rental_gpus rg WHERE rg.gpu_id = g.id AND rg.active = {active} \
-             AND rg.starts_at <= {now} AND rg.ends_at > {also_now})"
+             AND rg.ends_at > {now})"
         ),
     ];
+    if let Some(host_id) = filters.host_id {
+        conditions.push(format!("h.id = {}", sql.bind(host_id)));
+    }
     if let Some(model) = &filters.gpu_model {
         conditions.push(format!("g.model = {}", sql.bind(model.clone())));
     }
@@ -201,10 +210,12 @@ pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<O
         .map_err(internal("searching offers"))?;
 
     let uptimes = uptimes(&services.db, &rows).await?;
+    let spot = spot_prices(&services.db, &rows).await?;
     let offers = rows
         .into_iter()
         .map(|row| {
             let facts: Option<HostFacts> = row.facts.as_deref().and_then(|f| serde_json::from_str(f).ok());
+            let spot_price = spot.get(&(row.host_id, row.gpu_model.clone())).copied();
             let gpus = u32::try_from(row.gpus_free).unwrap_or(0);
             // The host's CPU, RAM and disk shared among the GPUs offered.
             let host_gpus = gpus.max(1);
@@ -216,6 +227,7 @@ pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<O
                 on_demand_micros: row.on_demand_micros,
                 reserved_micros: row.reserved_micros,
                 spot_min_bid_micros: row.spot_min_bid_micros,
+                spot_price_micros: spot_price.unwrap_or(row.spot_min_bid_micros).max(row.spot_min_bid_micros),
                 location: row.location,
                 cpu_millicores_per_gpu: facts.as_ref().map(|f| f.cpu_cores.saturating_mul(1000) / host_gpus),
                 ram_bytes_per_gpu: facts.as_ref().map(|f| f.ram_bytes / u64::from(host_gpus)),
@@ -228,6 +240,43 @@ pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<O
         })
         .collect();
     Ok(OfferPage { offers, total, page: filters.page, per_page: filters.per_page })
+}
+
+/// The latest spot clearing price of each offer on the page (one indexed lookup each).
+async fn spot_prices(conn: &impl ConnectionTrait, rows: &[Row]) -> AppResult<HashMap<(i64, String), i64>> {
+    let mut latest = HashMap::new();
+    for row in rows {
+        let price = spot_prices::Entity::find()
+            .filter(spot_prices::Column::HostId.eq(row.host_id))
+            .filter(spot_prices::Column::GpuModel.eq(&row.gpu_model))
+            .order_by_desc(spot_prices::Column::At)
+            .order_by_desc(spot_prices::Column::Id)
+            .one(conn)
+            .await
+            .map_err(internal("loading spot price"))?;
+        if let Some(price) = price {
+            latest.insert((row.host_id, row.gpu_model.clone()), price.price_micros);
+        }
+    }
+    Ok(latest)
+}
+
+/// One offer and its spot clearing prices of the last 24 hours.
+pub async fn get_offer(services: &Services, host_id: i64, gpu_model: &str) -> AppResult<OfferDetail> {
+    let query = OfferQuery {
+        host_id: Some(host_id),
+        gpu_model: Some(gpu_model.to_owned()),
+        per_page: Some(1),
+        ..OfferQuery::default()
+    };
+    let offer = list_offers(services, &query).await?.offers.into_iter().next();
+    let since = Utc::now() - Duration::hours(24);
+    let spot_prices = crate::rentals::spot_price_history(services, host_id, gpu_model, since)
+        .await?
+        .into_iter()
+        .map(|(at, price_micros)| PricePoint { at, price_micros })
+        .collect();
+    Ok(OfferDetail { host_id, gpu_model: gpu_model.to_owned(), offer, spot_prices })
 }
 
 /// Uptime of each host on the page, from its recorded status transitions.

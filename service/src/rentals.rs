@@ -224,7 +224,8 @@ pub async fn book_offer(services: &Services, principal: &Principal, request: &Bo
     let gpus_i64 = i64::from(request.gpu_count);
     let bid = match request.kind {
         RentalKind::Spot => {
-            let bid = request.bid_micros.ok_or_else(|| AppError::invalid_field("bid_micros", "a spot rental needs a bid"))?;
+            let bid =
+                request.bid_micros.ok_or_else(|| AppError::invalid_field("bid_micros", "a spot rental needs a bid"))?;
             if bid < prices.spot_min_bid_micros {
                 return Err(AppError::invalid_field(
                     "bid_micros",
@@ -279,18 +280,19 @@ pub async fn book_offer(services: &Services, principal: &Principal, request: &Bo
     }
     // Spot rentals this booking may preempt, lowest bid (then newest) first.
     let blocking_ids: HashSet<i64> = holds.iter().map(|h| h.rental_id).collect();
-    let mut victims: Vec<rentals::Model> = rentals::Entity::find()
-        .filter(rentals::Column::Id.is_in(blocking_ids))
-        .filter(rentals::Column::Kind.eq(RentalKind::Spot.as_str()))
-        .filter(rentals::Column::State.is_in(
-            [RentalState::Requested, RentalState::Provisioning, RentalState::Running].map(RentalState::as_str),
-        ))
-        .all(&txn)
-        .await
-        .map_err(internal("loading spot rentals"))?
-        .into_iter()
-        .filter(|r| bid.is_none_or(|mine| r.bid_micros.unwrap_or(0) < mine))
-        .collect();
+    let mut victims: Vec<rentals::Model> =
+        rentals::Entity::find()
+            .filter(rentals::Column::Id.is_in(blocking_ids))
+            .filter(rentals::Column::Kind.eq(RentalKind::Spot.as_str()))
+            .filter(rentals::Column::State.is_in(
+                [RentalState::Requested, RentalState::Provisioning, RentalState::Running].map(RentalState::as_str),
+            ))
+            .all(&txn)
+            .await
+            .map_err(internal("loading spot rentals"))?
+            .into_iter()
+            .filter(|r| bid.is_none_or(|mine| r.bid_micros.unwrap_or(0) < mine))
+            .collect();
     victims.sort_by_key(|r| (r.bid_micros.unwrap_or(0), -r.id));
     let to_free = |gpu: &gpus::Model| FreeGpu {
         id: gpu.id,
@@ -299,11 +301,7 @@ pub async fn book_offer(services: &Services, principal: &Principal, request: &Bo
         peers: serde_json::from_str(&gpu.nvlink_peers).unwrap_or_default(),
     };
     let usable = |allowed: &HashSet<i64>| -> Vec<FreeGpu> {
-        candidates
-            .iter()
-            .filter(|g| blockers.get(&g.id).is_none_or(|b| b.is_subset(allowed)))
-            .map(to_free)
-            .collect()
+        candidates.iter().filter(|g| blockers.get(&g.id).is_none_or(|b| b.is_subset(allowed))).map(to_free).collect()
     };
     let n = request.gpu_count as usize;
     let mut allowed = HashSet::new();
@@ -316,10 +314,8 @@ pub async fn book_offer(services: &Services, principal: &Principal, request: &Bo
         pool = usable(&allowed);
     }
     let chosen = choose_gpus(&pool, n).ok_or_else(|| not_enough(pool.len(), &request.gpu_model))?;
-    let preempted: Vec<&rentals::Model> = victims
-        .iter()
-        .filter(|v| chosen.iter().any(|g| blockers.get(g).is_some_and(|b| b.contains(&v.id))))
-        .collect();
+    let preempted: Vec<&rentals::Model> =
+        victims.iter().filter(|v| chosen.iter().any(|g| blockers.get(g).is_some_and(|b| b.contains(&v.id)))).collect();
 
     // Preempted spot rentals end at `cut`; this booking's holds start there.
     let cut = if preempted.is_empty() { start } else { start.max(now + notice) };
@@ -384,7 +380,9 @@ pub async fn book_offer(services: &Services, principal: &Principal, request: &Bo
         .await?;
     }
     let reason = match request.kind {
-        RentalKind::OnDemand if cut > now => "booked by the renter; starts when the preempted spot rentals have stopped",
+        RentalKind::OnDemand if cut > now => {
+            "booked by the renter; starts when the preempted spot rentals have stopped"
+        }
         RentalKind::OnDemand => "booked by the renter",
         RentalKind::Reserved => "reserved and prepaid by the renter",
         RentalKind::Spot => "spot bid placed by the renter",
@@ -456,10 +454,12 @@ async fn reprice_spot(
         .filter(rentals::Column::HostId.eq(host_id))
         .filter(rentals::Column::GpuModel.eq(model))
         .filter(rentals::Column::Kind.eq(RentalKind::Spot.as_str()))
-        .filter(rentals::Column::State.is_in(
-            [RentalState::Requested, RentalState::Provisioning, RentalState::Running, RentalState::Preempting]
-                .map(RentalState::as_str),
-        ))
+        .filter(
+            rentals::Column::State.is_in(
+                [RentalState::Requested, RentalState::Provisioning, RentalState::Running, RentalState::Preempting]
+                    .map(RentalState::as_str),
+            ),
+        )
         .all(txn)
         .await
         .map_err(internal("loading spot rentals"))?;
@@ -544,7 +544,10 @@ async fn apply(
         update.ends_at = Set(Some(now));
         // Holds that began end now; holds still in the future (a cancelled reservation, a
         // booking waiting on a preemption) collapse to nothing.
-        for (column_filter, ends) in [(rental_gpus::Column::StartsAt.lte(now), Expr::value(now)), (rental_gpus::Column::StartsAt.gt(now), Expr::col(rental_gpus::Column::StartsAt).into())] {
+        for (column_filter, ends) in [
+            (rental_gpus::Column::StartsAt.lte(now), Expr::value(now)),
+            (rental_gpus::Column::StartsAt.gt(now), Expr::col(rental_gpus::Column::StartsAt).into()),
+        ] {
             rental_gpus::Entity::update_many()
                 .col_expr(rental_gpus::Column::Active, Expr::value(false))
                 .col_expr(rental_gpus::Column::EndsAt, ends)
@@ -601,10 +604,8 @@ async fn after_change(
 pub async fn stop_rental(services: &Services, principal: &Principal, rental_id: i64) -> AppResult<Rental> {
     let now = Utc::now();
     let txn = begin_write(&services.db).await.map_err(internal("starting stop"))?;
-    let rental = load_for_update(&txn, rental_id)
-        .await?
-        .filter_owner(principal)
-        .ok_or_else(|| AppError::not_found("rental"))?;
+    let rental =
+        load_for_update(&txn, rental_id).await?.filter_owner(principal).ok_or_else(|| AppError::not_found("rental"))?;
     let state = RentalState::parse(&rental.state).unwrap_or(RentalState::Failed);
     if state.is_terminal() || state == RentalState::Stopping {
         return Err(AppError::conflict(format!("this rental is already {}", state.as_str())));
@@ -641,13 +642,16 @@ impl OwnedBy for rentals::Model {
 
 /// Raises or lowers a live spot rental's bid. A bid below the provider's minimum is refused;
 /// the clearing price follows the new bids.
-pub async fn change_bid(services: &Services, principal: &Principal, rental_id: i64, bid_micros: i64) -> AppResult<Rental> {
+pub async fn change_bid(
+    services: &Services,
+    principal: &Principal,
+    rental_id: i64,
+    bid_micros: i64,
+) -> AppResult<Rental> {
     let now = Utc::now();
     let txn = begin_write(&services.db).await.map_err(internal("starting bid change"))?;
-    let rental = load_for_update(&txn, rental_id)
-        .await?
-        .filter_owner(principal)
-        .ok_or_else(|| AppError::not_found("rental"))?;
+    let rental =
+        load_for_update(&txn, rental_id).await?.filter_owner(principal).ok_or_else(|| AppError::not_found("rental"))?;
     if rental.kind != RentalKind::Spot.as_str() {
         return Err(AppError::conflict("only spot rentals have a bid"));
     }
@@ -733,8 +737,16 @@ async fn settle_in(
                 charged_now = due.min(balance);
                 ran_dry = due > balance;
                 if charged_now > 0 {
-                    ledger::charge_usage(txn, rental.renter_id, provider().await?, charged_now, fee, reference, description)
-                        .await?;
+                    ledger::charge_usage(
+                        txn,
+                        rental.renter_id,
+                        provider().await?,
+                        charged_now,
+                        fee,
+                        reference,
+                        description,
+                    )
+                    .await?;
                 }
                 let left = balance - charged_now;
                 let warn = cost(rental.price_micros, gpus, 60)
@@ -890,7 +902,8 @@ pub async fn run_schedules(services: &Services) -> AppResult<()> {
         .await
         .map_err(internal("finding overdue preemptions"))?;
     for rental in overdue {
-        let _ = transition(services, rental.id, RentalState::Preempted, "the agent did not confirm the stop in time").await;
+        let _ =
+            transition(services, rental.id, RentalState::Preempted, "the agent did not confirm the stop in time").await;
     }
     let starting: Vec<i64> = rentals::Entity::find()
         .select_only()
@@ -912,16 +925,18 @@ pub async fn interrupt_host(services: &Services, host_id: i64, last_heartbeat: O
     let now = Utc::now();
     let affected: Vec<rentals::Model> = rentals::Entity::find()
         .filter(rentals::Column::HostId.eq(host_id))
-        .filter(rentals::Column::State.is_in(
-            [
-                RentalState::Requested,
-                RentalState::Provisioning,
-                RentalState::Running,
-                RentalState::Stopping,
-                RentalState::Preempting,
-            ]
-            .map(RentalState::as_str),
-        ))
+        .filter(
+            rentals::Column::State.is_in(
+                [
+                    RentalState::Requested,
+                    RentalState::Provisioning,
+                    RentalState::Running,
+                    RentalState::Stopping,
+                    RentalState::Preempting,
+                ]
+                .map(RentalState::as_str),
+            ),
+        )
         .filter(rentals::Column::StartsAt.lte(now))
         .all(&services.db)
         .await
@@ -961,7 +976,9 @@ pub async fn record_workload_status(
     let state = RentalState::parse(&rental.state).unwrap_or(RentalState::Failed);
     use RentalState as S;
     let step: Option<(RentalState, String)> = match (status, state) {
-        (WorkloadStatus::Provisioning, S::Requested) => Some((S::Provisioning, "the agent is attaching the GPUs".into())),
+        (WorkloadStatus::Provisioning, S::Requested) => {
+            Some((S::Provisioning, "the agent is attaching the GPUs".into()))
+        }
         (WorkloadStatus::Ready, S::Requested | S::Provisioning) => {
             Some((S::Running, "the workload is up; billing started".into()))
         }
@@ -1014,16 +1031,18 @@ pub async fn commands_for_host(
     let notice = Duration::seconds(i64::from(services.settings.rentals.preemption_notice_secs));
     let live: Vec<rentals::Model> = rentals::Entity::find()
         .filter(rentals::Column::HostId.eq(host_id))
-        .filter(rentals::Column::State.is_in(
-            [
-                RentalState::Requested,
-                RentalState::Provisioning,
-                RentalState::Running,
-                RentalState::Stopping,
-                RentalState::Preempting,
-            ]
-            .map(RentalState::as_str),
-        ))
+        .filter(
+            rentals::Column::State.is_in(
+                [
+                    RentalState::Requested,
+                    RentalState::Provisioning,
+                    RentalState::Running,
+                    RentalState::Stopping,
+                    RentalState::Preempting,
+                ]
+                .map(RentalState::as_str),
+            ),
+        )
         .all(&services.db)
         .await
         .map_err(internal("loading host rentals"))?;
@@ -1173,6 +1192,16 @@ async fn dto(conn: &impl ConnectionTrait, rental: rentals::Model) -> AppResult<R
             None => h.hostname,
         },
     );
+    let (accrued_seconds, accrued_micros) = match rental.running_since {
+        Some(since) if !rental.settled => {
+            let until = rental.billing_ends_at.map_or_else(Utc::now, |e| e.min(Utc::now())).max(since);
+            let seconds = (until - since).num_seconds();
+            let unbilled = cost(rental.price_micros, i64::from(rental.gpu_count), seconds)
+                - cost(rental.price_micros, i64::from(rental.gpu_count), rental.billed_seconds);
+            (seconds, rental.charged_micros + unbilled.max(0))
+        }
+        _ => (rental.billed_seconds, rental.charged_micros),
+    };
     Ok(Rental {
         id: rental.id,
         host_id: rental.host_id,
@@ -1190,6 +1219,8 @@ async fn dto(conn: &impl ConnectionTrait, rental: rentals::Model) -> AppResult<R
         running_since: rental.running_since,
         billed_seconds: rental.billed_seconds,
         charged_micros: rental.charged_micros,
+        accrued_seconds,
+        accrued_micros,
         notice: rental.notice,
         created_at: rental.created_at,
     })

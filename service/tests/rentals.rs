@@ -11,8 +11,8 @@ use cardpool_domain::{
     offers::{OfferQuery, RentalKind},
     rentals::{BookOfferRequest, RentalDetail, RentalState, Workload},
 };
-use cardpool_protocol::{ServerMessage, WorkloadStatus};
 use cardpool_protocol::{GpuInfo, HostFacts, Inventory, PROTOCOL_VERSION};
+use cardpool_protocol::{ServerMessage, WorkloadStatus};
 use cardpool_service::{
     Services, Settings, accounts,
     auth::{Credential, Principal},
@@ -411,16 +411,22 @@ async fn spot_rentals_clear_at_one_price_and_are_preempted_by_on_demand(backend:
         commands.iter().any(|c| matches!(c, ServerMessage::PreemptNotice { rental_id, grace_secs } if *rental_id == a.id && (28..=30).contains(grace_secs))),
         "{commands:?}"
     );
-    assert!(!commands.iter().any(|c| matches!(c, ServerMessage::Attach(_))), "not before the notice ends: {commands:?}");
+    assert!(
+        !commands.iter().any(|c| matches!(c, ServerMessage::Attach(_))),
+        "not before the notice ends: {commands:?}"
+    );
     report(&services, host_id, a.id, WorkloadStatus::Exited { code: Some(0) }).await;
     assert_eq!(state_of(&services, &low, a.id).await.rental.state, RentalState::Preempted);
     assert_no_overlaps(&services).await;
     // The price history shows the minimum, then the lowest winning bid.
-    let history = rentals::spot_price_history(&services, host_id, MODEL, chrono::Utc::now() - chrono::Duration::hours(1))
-        .await
-        .unwrap();
+    let history =
+        rentals::spot_price_history(&services, host_id, MODEL, chrono::Utc::now() - chrono::Duration::hours(1))
+            .await
+            .unwrap();
     let prices: Vec<i64> = history.iter().map(|(_, p)| *p).collect();
     assert_eq!(&prices[..2], &[800_000, 1_000_000]);
+    let detail = offers::get_offer(&services, host_id, MODEL).await.unwrap();
+    assert_eq!(detail.spot_prices.len(), history.len());
     assert!(ledger::verify(&services.db).await.unwrap().is_sound());
 }
 
@@ -455,8 +461,10 @@ async fn reservations_are_prepaid_exclusive_and_refunded_when_cancelled(backend:
         ..request(host_id, 2)
     };
     assert!(rentals::book_offer(&services, &other, &early).await.is_err());
-    // Nothing to attach before the window begins.
+    // Nothing to attach before the window begins, and search shows nothing free (booking
+    // would refuse it too).
     assert!(rentals::commands_for_host(&services, host_id, None).await.unwrap().is_empty());
+    assert!(offers::get_offer(&services, host_id, MODEL).await.unwrap().offer.is_none());
     // Cancelled before it began: refunded in full, GPUs free again.
     let cancelled = rentals::stop_rental(&services, &renter, reserved.id).await.unwrap();
     assert_eq!(cancelled.state, RentalState::Ended);

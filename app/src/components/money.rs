@@ -39,26 +39,37 @@ pub fn Stat(
 /// The balance after each entry, over time, as an SVG area chart (oldest entry first).
 #[component]
 pub fn BalanceChart(entries: Vec<LedgerEntry>, #[prop(into)] label: String) -> impl IntoView {
-    if entries.len() < 2 {
-        return view! { <p class="text-sm text-slate-500">"The chart appears once there are two or more entries."</p> }
+    let points = entries.iter().map(|e| (e.created_at, e.balance_after_micros)).collect();
+    view! { <StepChart points label date_format="%b %d" /> }
+}
+
+/// An amount over time as a step line (it holds until the next point), with an accessible
+/// summary. Used for balances and spot prices.
+#[component]
+pub fn StepChart(
+    points: Vec<(chrono::DateTime<chrono::Utc>, i64)>,
+    #[prop(into)] label: String,
+    #[prop(default = "%b %d")] date_format: &'static str,
+) -> impl IntoView {
+    if points.len() < 2 {
+        return view! { <p class="text-sm text-slate-500">"The chart appears once there are two or more points."</p> }
             .into_any();
     }
     const W: f64 = 600.0;
     const H: f64 = 160.0;
-    let t0 = entries.first().map_or(0, |e| e.created_at.timestamp()) as f64;
-    let t1 = entries.last().map_or(0, |e| e.created_at.timestamp()) as f64;
+    let t0 = points.first().map_or(0, |p| p.0.timestamp()) as f64;
+    let t1 = points.last().map_or(0, |p| p.0.timestamp()) as f64;
     let span = (t1 - t0).max(1.0);
-    let max = entries.iter().map(|e| e.balance_after_micros).max().unwrap_or(0).max(1) as f64;
-    let point = |e: &LedgerEntry| {
-        let x = (e.created_at.timestamp() as f64 - t0) / span * W;
-        let y = H - (e.balance_after_micros.max(0) as f64 / max) * (H - 10.0);
+    let max = points.iter().map(|p| p.1).max().unwrap_or(0).max(1) as f64;
+    let point = |p: &(chrono::DateTime<chrono::Utc>, i64)| {
+        let x = (p.0.timestamp() as f64 - t0) / span * W;
+        let y = H - (p.1.max(0) as f64 / max) * (H - 10.0);
         (x, y)
     };
-    // A step line: the balance holds until the next entry.
     let mut path = String::new();
     let mut last_y = H;
-    for (i, e) in entries.iter().enumerate() {
-        let (x, y) = point(e);
+    for (i, p) in points.iter().enumerate() {
+        let (x, y) = point(p);
         if i == 0 {
             path.push_str(&format!("M{x:.1},{y:.1}"));
         } else {
@@ -68,11 +79,11 @@ pub fn BalanceChart(entries: Vec<LedgerEntry>, #[prop(into)] label: String) -> i
     }
     let area = format!("{path} L{W:.1},{last_y:.1} L{W:.1},{H:.1} L0,{H:.1} Z");
     let line = format!("{path} L{W:.1},{last_y:.1}");
-    let first = entries.first().map_or(0, |e| e.balance_after_micros);
-    let now = entries.last().map_or(0, |e| e.balance_after_micros);
-    let aria = format!("{label}: from {} to {} over {} entries", dollars(first), dollars(now), entries.len());
-    let start_label = entries.first().map(|e| e.created_at.format("%b %d").to_string()).unwrap_or_default();
-    let end_label = entries.last().map(|e| e.created_at.format("%b %d").to_string()).unwrap_or_default();
+    let first = points.first().map_or(0, |p| p.1);
+    let now = points.last().map_or(0, |p| p.1);
+    let aria = format!("{label}: from {} to {} over {} points", dollars(first), dollars(now), points.len());
+    let start_label = points.first().map(|p| p.0.format(date_format).to_string()).unwrap_or_default();
+    let end_label = points.last().map(|p| p.0.format(date_format).to_string()).unwrap_or_default();
     view! {
         <figure>
             <svg viewBox=format!("0 0 {W} {H}") preserveAspectRatio="none" class="h-40 w-full" role="img" aria-label=aria>

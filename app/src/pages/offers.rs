@@ -23,6 +23,7 @@ fn query_from(map: &ParamsMap) -> OfferQuery {
         sort: text("sort").and_then(|s| OfferSort::parse(&s)),
         page: number("page"),
         per_page: number("per_page"),
+        host_id: text("host_id").and_then(|v| v.parse().ok()),
     }
 }
 
@@ -177,7 +178,7 @@ fn OfferCard(offer: Offer, kind: RentalKind) -> impl IntoView {
             <dl class="mt-4 grid grid-cols-3 gap-2 text-sm">
                 {price(RentalKind::OnDemand, offer.on_demand_micros, "On-demand")}
                 {price(RentalKind::Reserved, offer.reserved_micros, "Reserved")}
-                {price(RentalKind::Spot, offer.spot_min_bid_micros, "Spot from")}
+                {price(RentalKind::Spot, offer.spot_price_micros, "Spot now")}
             </dl>
             <p class="mt-4 flex flex-wrap gap-2 text-xs">
                 <span class="badge bg-indigo-50 text-indigo-700 ring-indigo-200">{if offer.interconnect == "nvlink" { "NVLink" } else { "PCIe" }}</span>

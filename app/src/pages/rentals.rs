@@ -7,14 +7,17 @@
 use crate::{
     components::{
         form::{FormAlert, SubmitButton, field_error, form_error},
-        money::dollars,
+        money::{StepChart, dollars},
         session::{RequireSignIn, reload_to},
     },
-    server_fns::rentals::{BookRental, ChangeBid, StopRental, get_rental, list_rentals},
+    server_fns::{
+        offers::get_offer,
+        rentals::{BookRental, ChangeBid, StopRental, get_rental, list_rentals},
+    },
 };
 use cardpool_domain::{
     account::Me,
-    offers::RentalKind,
+    offers::{OfferDetail, RentalKind},
     rentals::{Rental, RentalDetail, RentalState},
 };
 use leptos::prelude::*;
@@ -37,7 +40,9 @@ fn state_class(state: RentalState) -> &'static str {
         RentalState::Requested | RentalState::Provisioning => "bg-sky-50 text-sky-700 ring-sky-200",
         RentalState::Stopping | RentalState::Preempting => "bg-amber-50 text-amber-800 ring-amber-200",
         RentalState::Ended => "bg-slate-100 text-slate-700 ring-slate-200",
-        RentalState::Preempted | RentalState::Failed | RentalState::Interrupted => "bg-red-50 text-red-700 ring-red-200",
+        RentalState::Preempted | RentalState::Failed | RentalState::Interrupted => {
+            "bg-red-50 text-red-700 ring-red-200"
+        }
     }
 }
 
@@ -95,6 +100,7 @@ fn RentForm() -> impl IntoView {
                 <h1 class="mt-2 text-2xl font-bold text-slate-900">"Rent GPUs"</h1>
                 <p class="mt-1 text-slate-600">{format!("{model} on host #{host_id}")}</p>
             </div>
+            <OfferSummary host_id model=model.clone() />
             <ActionForm action=book attr:class="card space-y-5" attr:novalidate=true>
                 <input type="hidden" name="host_id" value=host_id />
                 <input type="hidden" name="gpu_model" value=model.clone() />
@@ -140,6 +146,47 @@ fn RentForm() -> impl IntoView {
                 <SubmitButton label="Book" pending=pending />
             </ActionForm>
         </div>
+    }
+}
+
+/// What is being booked: free GPUs, the three prices, and the spot price's last day.
+#[component]
+fn OfferSummary(host_id: i64, model: String) -> impl IntoView {
+    let detail = Resource::new(move || (host_id, model.clone()), |(host, model)| get_offer(host, model));
+    view! {
+        <Transition fallback=|| view! { <div class="h-24 animate-pulse rounded-2xl bg-slate-100"></div> }>
+            {move || Suspend::new(async move {
+                match detail.await {
+                    Ok(OfferDetail { offer: Some(offer), spot_prices, .. }) => {
+                        let mut points: Vec<_> = spot_prices.iter().map(|p| (p.at, p.price_micros)).collect();
+                        if let Some(last) = points.last().copied() {
+                            points.push((chrono::Utc::now(), last.1));
+                        }
+                        view! {
+                            <section class="card space-y-4" aria-label="Offer">
+                                <div class="flex flex-wrap items-start justify-between gap-3">
+                                    <p class="text-sm text-slate-600">{offer.location.clone().unwrap_or_default()}</p>
+                                    <span class="badge bg-emerald-50 text-emerald-700 ring-emerald-200">{format!("{} free", offer.gpus_free)}</span>
+                                </div>
+                                <dl class="grid grid-cols-3 gap-2 text-sm">
+                                    <div><dt class="text-xs text-slate-500">"On-demand"</dt><dd class="tabular-nums font-semibold">{format!("{}/h", dollars(offer.on_demand_micros))}</dd></div>
+                                    <div><dt class="text-xs text-slate-500">"Reserved"</dt><dd class="tabular-nums font-semibold">{format!("{}/h", dollars(offer.reserved_micros))}</dd></div>
+                                    <div><dt class="text-xs text-slate-500">"Spot now (min bid)"</dt><dd class="tabular-nums font-semibold" data-testid="spot-price">{format!("{}/h ({})", dollars(offer.spot_price_micros), dollars(offer.spot_min_bid_micros))}</dd></div>
+                                </dl>
+                                <div>
+                                    <h2 class="text-sm font-medium text-slate-800">"Spot clearing price, last 24 hours"</h2>
+                                    <StepChart points label="Spot clearing price per GPU-hour" date_format="%H:%M" />
+                                </div>
+                            </section>
+                        }.into_any()
+                    }
+                    Ok(_) => view! {
+                        <div role="status" class="rounded-lg bg-amber-50 px-4 py-3 text-sm text-amber-900 ring-1 ring-amber-200">"No GPUs of this offer are free right now; a reservation for later may still be possible."</div>
+                    }.into_any(),
+                    Err(err) => view! { <p role="alert" class="text-red-700">{err.to_string()}</p> }.into_any(),
+                }
+            })}
+        </Transition>
     }
 }
 
@@ -192,7 +239,7 @@ fn RentalRow(rental: Rental) -> impl IntoView {
                     <p class="text-sm text-slate-600">{format!("{} · {}", kind_label(rental.kind), rental.host_label)}</p>
                 </div>
                 <div class="flex items-center gap-3">
-                    <span class="tabular-nums text-slate-900">{dollars(rental.charged_micros)}</span>
+                    <span class="tabular-nums text-slate-900">{dollars(rental.accrued_micros)}</span>
                     <StateBadge state=rental.state />
                 </div>
             </a>
@@ -244,15 +291,17 @@ fn RentalView() -> impl IntoView {
     }
 }
 
-/// Where the rental is on its way, for a progress bar.
-fn steps(state: RentalState) -> (usize, [&'static str; 4]) {
-    let at = match state {
-        RentalState::Requested => 0,
-        RentalState::Provisioning => 1,
-        RentalState::Running => 2,
-        _ => 3,
+/// Where the rental is on its way, for a progress bar: the step it is at, and whether that
+/// step is still under way.
+fn steps(state: RentalState) -> (usize, bool, [&'static str; 4]) {
+    let (at, under_way) = match state {
+        RentalState::Requested => (0, true),
+        RentalState::Provisioning => (1, true),
+        RentalState::Running => (2, true),
+        RentalState::Stopping | RentalState::Preempting => (3, true),
+        _ => (3, false),
     };
-    (at, ["Booked", "Attaching GPUs", "Running", "Finished"])
+    (at, under_way, ["Booked", "Attaching GPUs", "Running", "Finished"])
 }
 
 #[component]
@@ -269,7 +318,7 @@ fn RentalDetailView(detail: RentalDetail, tick: RwSignal<u32>) -> impl IntoView 
     });
     let can_stop = matches!(rental.state, RentalState::Requested | RentalState::Provisioning | RentalState::Running);
     let spot_live = rental.kind == RentalKind::Spot && can_stop;
-    let (at, labels) = steps(rental.state);
+    let (at, under_way, labels) = steps(rental.state);
     let failed = matches!(rental.state, RentalState::Failed | RentalState::Interrupted | RentalState::Preempted);
     let workload = rental.workload.command.clone().or(rental.workload.image.clone()).unwrap_or_default();
     view! {
@@ -287,7 +336,15 @@ fn RentalDetailView(detail: RentalDetail, tick: RwSignal<u32>) -> impl IntoView 
             })}
             <ol class="grid grid-cols-4 gap-2" aria-label="Progress">
                 {labels.into_iter().enumerate().map(|(i, label)| {
-                    let class = if i < at || (i == at && i == 3 && !failed) { "bg-indigo-600" } else if i == at { if failed { "bg-red-500" } else { "bg-indigo-400 animate-pulse" } } else { "bg-slate-200" };
+                    let class = if i < at || (i == at && !under_way && !failed) {
+                        "bg-indigo-600"
+                    } else if i == at && failed {
+                        "bg-red-500"
+                    } else if i == at {
+                        "bg-indigo-400 animate-pulse"
+                    } else {
+                        "bg-slate-200"
+                    };
                     view! {
                         <li class="space-y-1" aria-current=(i == at).then_some("step")>
                             <div class=format!("h-2 rounded-full {class}")></div>
@@ -298,12 +355,14 @@ fn RentalDetailView(detail: RentalDetail, tick: RwSignal<u32>) -> impl IntoView 
             </ol>
             <div class="grid gap-4 sm:grid-cols-2 lg:grid-cols-4">
                 <div class="card">
-                    <p class="text-sm text-slate-500">"Charged so far"</p>
-                    <p class="mt-1 text-2xl font-semibold tabular-nums text-slate-900" data-testid="rental-charged">{dollars(rental.charged_micros)}</p>
+                    <p class="text-sm text-slate-500">"Cost so far"</p>
+                    <p class="mt-1 text-2xl font-semibold tabular-nums text-slate-900" data-testid="rental-cost">{dollars(rental.accrued_micros)}</p>
+                    <p class="text-xs text-slate-500">"Charged to your wallet: "<span data-testid="rental-charged">{dollars(rental.charged_micros)}</span></p>
                 </div>
                 <div class="card">
-                    <p class="text-sm text-slate-500">"Billed time"</p>
-                    <p class="mt-1 text-2xl font-semibold tabular-nums text-slate-900" data-testid="rental-billed">{duration(rental.billed_seconds)}</p>
+                    <p class="text-sm text-slate-500">"Run time"</p>
+                    <p class="mt-1 text-2xl font-semibold tabular-nums text-slate-900" data-testid="rental-billed">{duration(rental.accrued_seconds)}</p>
+                    <p class="text-xs text-slate-500">"Billed per second from ready to stop"</p>
                 </div>
                 <div class="card">
                     <p class="text-sm text-slate-500">{if rental.kind == RentalKind::Spot { "Clearing price" } else { "Price" }}</p>

@@ -20,7 +20,19 @@ pub async fn book_rental(
     starts_at: String,
     hours: String,
 ) -> Result<Rental, AppError> {
-    let form = cardpool_domain::rentals::BookingForm { host_id, gpu_model, kind, gpu_count, command, image, env, ssh_public_key, bid, starts_at, hours };
+    let form = cardpool_domain::rentals::BookingForm {
+        host_id,
+        gpu_model,
+        kind,
+        gpu_count,
+        command,
+        image,
+        env,
+        ssh_public_key,
+        bid,
+        starts_at,
+        hours,
+    };
     crate::ssr::respond(async move {
         let req = crate::ssr::Request::current().await?;
         let principal = req.principal().await?;
