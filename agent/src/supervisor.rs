@@ -165,7 +165,8 @@ impl Supervisor {
         let log = match std::fs::OpenOptions::new().create(true).append(true).open(dir.join("workload.log")) {
             Ok(log) => log,
             Err(err) => {
-                return self.set_status(rental_id, WorkloadStatus::Failed { reason: format!("cannot open log: {err}") });
+                return self
+                    .set_status(rental_id, WorkloadStatus::Failed { reason: format!("cannot open log: {err}") });
             }
         };
         let mut command = match runtime.command(&spec, &dir) {

@@ -210,6 +210,8 @@ pub struct OfferDetail {
     pub offer: Option<Offer>,
     /// The last 24 hours, oldest first.
     pub spot_prices: Vec<PricePoint>,
+    /// When this was read (the last price holds until then).
+    pub as_of: chrono::DateTime<chrono::Utc>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -276,7 +276,7 @@ pub async fn get_offer(services: &Services, host_id: i64, gpu_model: &str) -> Ap
         .into_iter()
         .map(|(at, price_micros)| PricePoint { at, price_micros })
         .collect();
-    Ok(OfferDetail { host_id, gpu_model: gpu_model.to_owned(), offer, spot_prices })
+    Ok(OfferDetail { host_id, gpu_model: gpu_model.to_owned(), offer, spot_prices, as_of: Utc::now() })
 }
 
 /// Uptime of each host on the page, from its recorded status transitions.

@@ -546,7 +546,7 @@ async fn apply(
         // booking waiting on a preemption) collapse to nothing.
         for (column_filter, ends) in [
             (rental_gpus::Column::StartsAt.lte(now), Expr::value(now)),
-            (rental_gpus::Column::StartsAt.gt(now), Expr::col(rental_gpus::Column::StartsAt).into()),
+            (rental_gpus::Column::StartsAt.gt(now), Expr::col(rental_gpus::Column::StartsAt)),
         ] {
             rental_gpus::Entity::update_many()
                 .col_expr(rental_gpus::Column::Active, Expr::value(false))

@@ -84,7 +84,7 @@ fn RentForm() -> impl IntoView {
         view! {
             <div class="space-y-1">
                 <label for=format!("rent-{name}") class="block text-sm font-medium text-slate-800">{label}</label>
-                <input id=format!("rent-{name}") name=name placeholder=placeholder class=INPUT
+                <input id=format!("rent-{name}") name=format!("form[{name}]") placeholder=placeholder class=INPUT
                     aria-invalid=move || error.get().is_some().to_string() />
                 {(!hint.is_empty()).then(|| view! { <p class="text-xs text-slate-500">{hint}</p> })}
                 <p class="text-sm text-red-700" class:hidden=move || error.get().is_none()>{move || error.get()}</p>
@@ -102,11 +102,11 @@ fn RentForm() -> impl IntoView {
             </div>
             <OfferSummary host_id model=model.clone() />
             <ActionForm action=book attr:class="card space-y-5" attr:novalidate=true>
-                <input type="hidden" name="host_id" value=host_id />
-                <input type="hidden" name="gpu_model" value=model.clone() />
+                <input type="hidden" name="form[host_id]" value=host_id />
+                <input type="hidden" name="form[gpu_model]" value=model.clone() />
                 <fieldset class="space-y-2">
                     <legend class="text-sm font-medium text-slate-800">"Kind"</legend>
-                    <select id="rent-kind" name="kind" class=INPUT aria-label="Rental kind"
+                    <select id="rent-kind" name="form[kind]" class=INPUT aria-label="Rental kind"
                         on:change=move |ev| kind.set(RentalKind::parse(&event_target_value(&ev)).unwrap_or_default())>
                         {[RentalKind::OnDemand, RentalKind::Spot, RentalKind::Reserved].into_iter().map(|k| view! {
                             <option value=k.as_str() selected=move || kind.get() == k>{kind_label(k)}</option>
@@ -125,7 +125,7 @@ fn RentForm() -> impl IntoView {
                 <div class="grid gap-4 sm:grid-cols-2" class:hidden=move || kind.get() != RentalKind::Reserved>
                     <div class="space-y-1">
                         <label for="rent-starts_at" class="block text-sm font-medium text-slate-800">"Starts at (UTC)"</label>
-                        <input id="rent-starts_at" name="starts_at" type="datetime-local" class=INPUT />
+                        <input id="rent-starts_at" name="form[starts_at]" type="datetime-local" class=INPUT />
                         <p class="text-sm text-red-700" class:hidden=move || err("starts_at").get().is_none()>{move || err("starts_at").get()}</p>
                     </div>
                     {text_field("hours", "Hours", "e.g. 4", "")}
@@ -137,7 +137,7 @@ fn RentForm() -> impl IntoView {
                     <p class="text-sm text-red-700" class:hidden=move || workload_error.get().is_none()>{move || workload_error.get()}</p>
                     <div class="space-y-1">
                         <label for="rent-env" class="block text-sm font-medium text-slate-800">"Environment (NAME=value, one per line)"</label>
-                        <textarea id="rent-env" name="env" rows="3" class=INPUT></textarea>
+                        <textarea id="rent-env" name="form[env]" rows="3" class=INPUT></textarea>
                         <p class="text-sm text-red-700" class:hidden=move || env_error.get().is_none()>{move || env_error.get()}</p>
                     </div>
                     {text_field("ssh_public_key", "SSH public key (optional)", "ssh-ed25519 AAAA…", "")}
@@ -157,10 +157,10 @@ fn OfferSummary(host_id: i64, model: String) -> impl IntoView {
         <Transition fallback=|| view! { <div class="h-24 animate-pulse rounded-2xl bg-slate-100"></div> }>
             {move || Suspend::new(async move {
                 match detail.await {
-                    Ok(OfferDetail { offer: Some(offer), spot_prices, .. }) => {
+                    Ok(OfferDetail { offer: Some(offer), spot_prices, as_of, .. }) => {
                         let mut points: Vec<_> = spot_prices.iter().map(|p| (p.at, p.price_micros)).collect();
                         if let Some(last) = points.last().copied() {
-                            points.push((chrono::Utc::now(), last.1));
+                            points.push((as_of, last.1));
                         }
                         view! {
                             <section class="card space-y-4" aria-label="Offer">

@@ -1,38 +1,13 @@
 use cardpool_domain::{
     AppError,
-    rentals::{Rental, RentalDetail},
+    rentals::{BookingForm, Rental, RentalDetail},
 };
 use leptos::prelude::*;
 
-/// Books from the booking form; field problems come back per field.
+/// Books from the booking form (its inputs are named `form[field]`); field problems come back
+/// per field.
 #[server(prefix = "/rpc", endpoint = "book_rental")]
-#[allow(clippy::too_many_arguments)] // one per form field
-pub async fn book_rental(
-    host_id: i64,
-    gpu_model: String,
-    kind: String,
-    gpu_count: String,
-    command: String,
-    image: String,
-    env: String,
-    ssh_public_key: String,
-    bid: String,
-    starts_at: String,
-    hours: String,
-) -> Result<Rental, AppError> {
-    let form = cardpool_domain::rentals::BookingForm {
-        host_id,
-        gpu_model,
-        kind,
-        gpu_count,
-        command,
-        image,
-        env,
-        ssh_public_key,
-        bid,
-        starts_at,
-        hours,
-    };
+pub async fn book_rental(form: BookingForm) -> Result<Rental, AppError> {
     crate::ssr::respond(async move {
         let req = crate::ssr::Request::current().await?;
         let principal = req.principal().await?;
