@@ -30,7 +30,14 @@ async function balance(page: Page): Promise<bigint> {
 }
 
 /** Books from the Warsaw RTX 4090 offer (2 GPUs) and returns the rental page's URL. */
-async function book(page: Page, kind: "on_demand" | "spot", gpus: number, command: string, bid?: string) {
+async function book(
+  page: Page,
+  kind: "on_demand" | "spot" | "reserved",
+  gpus: number,
+  command: string,
+  bid?: string,
+  window?: { start: string; hours: string },
+) {
   await page.goto(`/offers?location=PL&kind=${kind}`);
   await page.getByTestId("offer-rent").first().click();
   await expect(page.getByRole("heading", { name: "Rent GPUs" })).toBeVisible();
@@ -39,6 +46,10 @@ async function book(page: Page, kind: "on_demand" | "spot", gpus: number, comman
   await page.getByLabel("Number of GPUs").fill(String(gpus));
   await page.getByLabel("Command").fill(command);
   if (bid) await page.getByLabel("Your bid ($ per GPU-hour)").fill(bid);
+  if (window) {
+    await page.getByLabel("Starts at (UTC)").fill(window.start);
+    await page.getByLabel("Hours").fill(window.hours);
+  }
   await page.getByRole("button", { name: "Book" }).click();
   await expect(page).toHaveURL(/\/rentals\/\d+$/);
   return page.url();
@@ -103,4 +114,26 @@ test("a spot rental preempted by an on-demand booking gets its notice and ends a
   await expect(page.getByTestId("rental-state")).toHaveText("Running", { timeout: 30_000 });
   await page.getByRole("button", { name: "Stop rental" }).click();
   await expect(page.getByTestId("rental-state")).toHaveText("Ended", { timeout: 30_000 });
+});
+
+test("a reserved window is prepaid, runs when it begins and is paid in full when stopped", async ({ page }) => {
+  test.setTimeout(120_000);
+  await signIn(page, "renter@demo.cardpool.dev");
+  const before = await balance(page);
+  // A window starting this minute (UTC) for one hour at the reserved price, $0.312/GPU-h.
+  const start = new Date().toISOString().slice(0, 16);
+  const url = await book(page, "reserved", 1, "python train.py", undefined, { start, hours: "1" });
+  await expect(page.getByTestId("rental-window")).toContainText("UTC");
+  await expect(page.getByTestId("rental-state")).toHaveText("Running", { timeout: 30_000 });
+  await snap(page, "rental-reserved");
+  // Prepaid: the hour left the wallet at booking (into held funds).
+  const prepaid = 312_000n;
+  expect(await balance(page)).toBe(before - prepaid);
+  await page.goto(url);
+  await hydrated(page);
+  await page.getByRole("button", { name: "Stop rental" }).click();
+  await expect(page.getByTestId("rental-state")).toHaveText("Ended", { timeout: 30_000 });
+  // Given up by the renter: the window is paid to the provider, nothing comes back.
+  await expect(page.getByTestId("rental-charged")).toHaveText("$0.312");
+  expect(await balance(page)).toBe(before - prepaid);
 });

@@ -328,6 +328,13 @@ fn RentalDetailView(detail: RentalDetail, tick: RwSignal<u32>) -> impl IntoView 
                     <a href="/rentals" class="text-sm text-indigo-700 hover:underline">"← All rentals"</a>
                     <h1 class="mt-2 text-2xl font-bold text-slate-900">{format!("Rental #{} · {}× {}", rental.id, rental.gpu_count, rental.gpu_model)}</h1>
                     <p class="mt-1 text-slate-600">{format!("{} · {}", kind_label(rental.kind), rental.host_label)}</p>
+                    {(rental.kind == RentalKind::Reserved).then(|| view! {
+                        <p class="text-sm text-slate-600" data-testid="rental-window">{format!(
+                            "Window: {} – {} UTC",
+                            rental.starts_at.format("%Y-%m-%d %H:%M"),
+                            rental.ends_at.map(|e| e.format("%Y-%m-%d %H:%M").to_string()).unwrap_or_default()
+                        )}</p>
+                    })}
                 </div>
                 <StateBadge state=rental.state />
             </div>
