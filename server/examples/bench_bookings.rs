@@ -14,20 +14,12 @@
 
 use cardpool_domain::{
     AppError,
-    account::SignUpRequest,
-    host::GpuModelPrice,
     offers::RentalKind,
     rentals::{BookOfferRequest, RentalState, Workload},
 };
-use cardpool_protocol::{GpuInfo, HostFacts, Inventory, PROTOCOL_VERSION};
 use cardpool_service::{
-    Services, Settings, accounts,
-    auth::{Credential, Principal},
-    db::begin_write,
-    hosts,
-    ledger::{self, Book, Entry},
-    rentals,
-    testing::{Backend, TestDb},
+    Services, Settings, ledger, rentals,
+    testing::{self, Backend, TestDb},
 };
 use sea_orm::{ConnectionTrait, Statement};
 use std::{
@@ -38,76 +30,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-const MODEL: &str = "NVIDIA H100 80GB HBM3";
+const MODEL: &str = testing::TEST_GPU_MODEL;
 
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-async fn person(services: &Services, email: &str, provider: bool) -> Principal {
-    let me =
-        accounts::sign_up(services, &SignUpRequest { email: email.into(), password: "correct horse battery".into() })
-            .await
-            .expect("sign up");
-    let mut principal = Principal { user_id: me.id, email: me.email, roles: me.roles, credential: Credential::Session };
-    if provider {
-        principal.roles = accounts::enable_provider(services, &principal).await.expect("provider").roles;
-    } else {
-        let txn = begin_write(&services.db).await.expect("txn");
-        let entry = Entry::new("credit", format!("bench:{email}"), "bench").transfer(
-            Book::PromotionalCredit,
-            Book::Wallet(me.id),
-            1_000_000_000_000,
-        );
-        ledger::post(&txn, entry).await.expect("credit");
-        txn.commit().await.expect("commit");
-    }
-    principal
-}
-
-async fn host(services: &Services, provider: &Principal, name: &str) -> i64 {
-    let token = hosts::create_enrollment_token(services, provider, Some("Lab"), "http://x").await.expect("token");
-    let enrolled = hosts::enroll_host(services, &token.token, name).await.expect("enroll");
-    let row = hosts::authenticate_host(services, &enrolled.credential).await.expect("host");
-    let uuids: Vec<String> = (0..8).map(|i| format!("GPU-{name}-{i}")).collect();
-    let inventory = Inventory {
-        protocol: PROTOCOL_VERSION,
-        host: HostFacts {
-            hostname: name.into(),
-            cpu_model: "EPYC".into(),
-            cpu_cores: 64,
-            ram_bytes: 1 << 39,
-            disk_bytes: 1 << 41,
-            os: "Debian".into(),
-            agent_version: "0.1.0".into(),
-            location: None,
-        },
-        gpus: (0..8)
-            .map(|i| GpuInfo {
-                index: i as u32,
-                uuid: uuids[i].clone(),
-                name: MODEL.into(),
-                pci_bus_id: format!("00000000:{i:02X}:00.0"),
-                memory_total_bytes: 80 << 30,
-                driver_version: "550".into(),
-                cuda_version: "12.4".into(),
-                power_limit_milliwatts: None,
-                mig_enabled: None,
-                nvlink_peers: (0..8).filter(|j| *j != i).map(|j| uuids[j].clone()).collect(),
-            })
-            .collect(),
-    };
-    hosts::record_inventory(services, &row, &inventory).await.expect("inventory");
-    let price = GpuModelPrice {
-        gpu_model: MODEL.into(),
-        on_demand_micros: 2_000_000,
-        reserved_micros: 1_600_000,
-        spot_min_bid_micros: 800_000,
-    };
-    hosts::update_host_pricing(services, provider, row.id, &price).await.expect("price");
-    hosts::set_host_listed(services, provider, row.id, true).await.expect("list");
-    hosts::record_heartbeat(services, &row).await.expect("heartbeat");
-    row.id
 }
 
 #[derive(Default)]
@@ -136,14 +62,14 @@ async fn main() {
     {
         let db = TestDb::new(backend).await;
         let services = Services::new(db.connect().await, Settings::default()).await.expect("services");
-        let provider = person(&services, "provider@bench.example", true).await;
+        let provider = testing::person(&services, "provider@bench.example", true, 0).await;
         let mut host_ids = Vec::new();
         for i in 0..host_count {
-            host_ids.push(host(&services, &provider, &format!("bench-{i}")).await);
+            host_ids.push(testing::listed_host(&services, &provider, &format!("bench-{i}"), 8, 1).await);
         }
         let mut renters = Vec::new();
         for i in 0..clients {
-            renters.push(person(&services, &format!("renter-{i}@bench.example"), false).await);
+            renters.push(testing::person(&services, &format!("renter-{i}@bench.example"), false, 1_000_000).await);
         }
         let tally = Arc::new(Tally::default());
         let deadline = Instant::now() + Duration::from_secs(seconds);

@@ -145,6 +145,21 @@ fn validate_workload(workload: &Workload) -> AppResult<()> {
     if fields.is_empty() { Ok(()) } else { Err(AppError::invalid_fields(fields)) }
 }
 
+/// Every state that still holds (or is about to hold) GPUs.
+const LIVE: [RentalState; 5] = [
+    RentalState::Requested,
+    RentalState::Provisioning,
+    RentalState::Running,
+    RentalState::Stopping,
+    RentalState::Preempting,
+];
+/// Live and not on its way out: may be stopped, preempted or re-bid.
+const STARTED_OR_WAITING: [RentalState; 3] = [RentalState::Requested, RentalState::Provisioning, RentalState::Running];
+
+fn names(states: &[RentalState]) -> Vec<&'static str> {
+    states.iter().map(|s| s.as_str()).collect()
+}
+
 /// Why a booking was refused for lack of GPUs.
 fn not_enough(free: usize, model: &str) -> AppError {
     AppError::conflict(format!("only {free} {model} free on this host right now"))
@@ -280,19 +295,16 @@ pub async fn book_offer(services: &Services, principal: &Principal, request: &Bo
     }
     // Spot rentals this booking may preempt, lowest bid (then newest) first.
     let blocking_ids: HashSet<i64> = holds.iter().map(|h| h.rental_id).collect();
-    let mut victims: Vec<rentals::Model> =
-        rentals::Entity::find()
-            .filter(rentals::Column::Id.is_in(blocking_ids))
-            .filter(rentals::Column::Kind.eq(RentalKind::Spot.as_str()))
-            .filter(rentals::Column::State.is_in(
-                [RentalState::Requested, RentalState::Provisioning, RentalState::Running].map(RentalState::as_str),
-            ))
-            .all(&txn)
-            .await
-            .map_err(internal("loading spot rentals"))?
-            .into_iter()
-            .filter(|r| bid.is_none_or(|mine| r.bid_micros.unwrap_or(0) < mine))
-            .collect();
+    let mut victims: Vec<rentals::Model> = rentals::Entity::find()
+        .filter(rentals::Column::Id.is_in(blocking_ids))
+        .filter(rentals::Column::Kind.eq(RentalKind::Spot.as_str()))
+        .filter(rentals::Column::State.is_in(names(&STARTED_OR_WAITING)))
+        .all(&txn)
+        .await
+        .map_err(internal("loading spot rentals"))?
+        .into_iter()
+        .filter(|r| bid.is_none_or(|mine| r.bid_micros.unwrap_or(0) < mine))
+        .collect();
     victims.sort_by_key(|r| (r.bid_micros.unwrap_or(0), -r.id));
     let to_free = |gpu: &gpus::Model| FreeGpu {
         id: gpu.id,
@@ -841,7 +853,7 @@ pub async fn settle_all(services: &Services) -> AppResult<usize> {
 pub async fn run_schedules(services: &Services) -> AppResult<()> {
     let now = Utc::now();
     let notice = Duration::seconds(i64::from(services.settings.rentals.preemption_notice_secs));
-    let live = [RentalState::Requested, RentalState::Provisioning, RentalState::Running].map(RentalState::as_str);
+    let live = STARTED_OR_WAITING.map(RentalState::as_str);
     let ending: Vec<rentals::Model> = rentals::Entity::find()
         .filter(rentals::Column::Kind.eq(RentalKind::Reserved.as_str()))
         .filter(rentals::Column::State.is_in(live))
@@ -925,18 +937,7 @@ pub async fn interrupt_host(services: &Services, host_id: i64, last_heartbeat: O
     let now = Utc::now();
     let affected: Vec<rentals::Model> = rentals::Entity::find()
         .filter(rentals::Column::HostId.eq(host_id))
-        .filter(
-            rentals::Column::State.is_in(
-                [
-                    RentalState::Requested,
-                    RentalState::Provisioning,
-                    RentalState::Running,
-                    RentalState::Stopping,
-                    RentalState::Preempting,
-                ]
-                .map(RentalState::as_str),
-            ),
-        )
+        .filter(rentals::Column::State.is_in(names(&LIVE)))
         .filter(rentals::Column::StartsAt.lte(now))
         .all(&services.db)
         .await
@@ -1031,18 +1032,7 @@ pub async fn commands_for_host(
     let notice = Duration::seconds(i64::from(services.settings.rentals.preemption_notice_secs));
     let live: Vec<rentals::Model> = rentals::Entity::find()
         .filter(rentals::Column::HostId.eq(host_id))
-        .filter(
-            rentals::Column::State.is_in(
-                [
-                    RentalState::Requested,
-                    RentalState::Provisioning,
-                    RentalState::Running,
-                    RentalState::Stopping,
-                    RentalState::Preempting,
-                ]
-                .map(RentalState::as_str),
-            ),
-        )
+        .filter(rentals::Column::State.is_in(names(&LIVE)))
         .all(&services.db)
         .await
         .map_err(internal("loading host rentals"))?;

@@ -110,3 +110,93 @@ macro_rules! backend_tests {
         )*
     };
 }
+
+/// The GPU model of [`listed_host`]'s GPUs.
+pub const TEST_GPU_MODEL: &str = "NVIDIA H100 80GB HBM3";
+
+/// A signed-up account (a provider if `provider`) with `dollars` of promotional credit.
+pub async fn person(services: &Services, email: &str, provider: bool, dollars: i64) -> crate::auth::Principal {
+    use crate::ledger::{self, Book, Entry};
+    let request =
+        cardpool_domain::account::SignUpRequest { email: email.into(), password: "correct horse battery".into() };
+    let me = crate::accounts::sign_up(services, &request).await.expect("sign up");
+    let mut principal = crate::auth::Principal {
+        user_id: me.id,
+        email: me.email,
+        roles: me.roles,
+        credential: crate::auth::Credential::Session,
+    };
+    if provider {
+        principal.roles = crate::accounts::enable_provider(services, &principal).await.expect("provider").roles;
+    }
+    if dollars > 0 {
+        let txn = db::begin_write(&services.db).await.expect("transaction");
+        let entry = Entry::new("credit", format!("seed:{email}"), "seed").transfer(
+            Book::PromotionalCredit,
+            Book::Wallet(me.id),
+            dollars * 1_000_000,
+        );
+        ledger::post(&txn, entry).await.expect("credit");
+        txn.commit().await.expect("commit");
+    }
+    principal
+}
+
+/// An enrolled, online, listed host named `name` with `gpus` H100s in `islands` NVLink islands,
+/// priced $2.00 on-demand, $1.60 reserved, $0.80 minimum spot bid per GPU-hour.
+pub async fn listed_host(
+    services: &Services,
+    provider: &crate::auth::Principal,
+    name: &str,
+    gpus: usize,
+    islands: usize,
+) -> i64 {
+    use cardpool_protocol::{GpuInfo, HostFacts, Inventory, PROTOCOL_VERSION};
+    let token =
+        crate::hosts::create_enrollment_token(services, provider, Some("Lab"), "http://x").await.expect("token");
+    let enrolled = crate::hosts::enroll_host(services, &token.token, name).await.expect("enroll");
+    let row = crate::hosts::authenticate_host(services, &enrolled.credential).await.expect("host");
+    let uuids: Vec<String> = (0..gpus).map(|i| format!("GPU-{name}-{i}")).collect();
+    let island = |i: usize| i * islands.max(1) / gpus.max(1);
+    let inventory = Inventory {
+        protocol: PROTOCOL_VERSION,
+        host: HostFacts {
+            hostname: name.into(),
+            cpu_model: "EPYC".into(),
+            cpu_cores: 64,
+            ram_bytes: 1 << 39,
+            disk_bytes: 1 << 41,
+            os: "Debian".into(),
+            agent_version: "0.1.0".into(),
+            location: None,
+        },
+        gpus: (0..gpus)
+            .map(|i| GpuInfo {
+                index: i as u32,
+                uuid: uuids[i].clone(),
+                name: TEST_GPU_MODEL.into(),
+                pci_bus_id: format!("00000000:{i:02X}:00.0"),
+                memory_total_bytes: 80 << 30,
+                driver_version: "550".into(),
+                cuda_version: "12.4".into(),
+                power_limit_milliwatts: None,
+                mig_enabled: None,
+                nvlink_peers: (0..gpus)
+                    .filter(|j| *j != i && island(*j) == island(i))
+                    .map(|j| uuids[j].clone())
+                    .collect(),
+            })
+            .collect(),
+    };
+    crate::hosts::record_inventory(services, &row, &inventory).await.expect("inventory");
+    let price = cardpool_domain::host::GpuModelPrice {
+        gpu_model: TEST_GPU_MODEL.into(),
+        on_demand_micros: 2_000_000,
+        reserved_micros: 1_600_000,
+        spot_min_bid_micros: 800_000,
+    };
+    crate::hosts::update_host_pricing(services, provider, row.id, &price).await.expect("price");
+    crate::hosts::set_host_listed(services, provider, row.id, true).await.expect("list");
+    crate::hosts::record_heartbeat(services, &row).await.expect("heartbeat");
+    row.id
+}

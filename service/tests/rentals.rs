@@ -6,95 +6,31 @@
 
 use cardpool_domain::{
     AppError,
-    account::SignUpRequest,
-    host::GpuModelPrice,
     offers::{OfferQuery, RentalKind},
     rentals::{BookOfferRequest, RentalDetail, RentalState, Workload},
 };
-use cardpool_protocol::{GpuInfo, HostFacts, Inventory, PROTOCOL_VERSION};
 use cardpool_protocol::{ServerMessage, WorkloadStatus};
 use cardpool_service::{
-    Services, Settings, accounts,
-    auth::{Credential, Principal},
+    Services, Settings,
+    auth::Principal,
     backend_tests,
-    db::begin_write,
     entities::{rental_gpus, rentals as rentals_rows},
     hosts,
-    ledger::{self, Book, Entry},
+    ledger::{self, Book},
     offers, rentals,
     testing::{self, Backend},
 };
 use sea_orm::{ActiveModelTrait, ActiveValue::Set, EntityTrait, IntoActiveModel};
 
-const MODEL: &str = "NVIDIA H100 80GB HBM3";
+const MODEL: &str = testing::TEST_GPU_MODEL;
 
 async fn person(services: &Services, email: &str, provider: bool, dollars: i64) -> Principal {
-    let me =
-        accounts::sign_up(services, &SignUpRequest { email: email.into(), password: "correct horse battery".into() })
-            .await
-            .unwrap();
-    let mut principal = Principal { user_id: me.id, email: me.email, roles: me.roles, credential: Credential::Session };
-    if provider {
-        principal.roles = accounts::enable_provider(services, &principal).await.unwrap().roles;
-    }
-    if dollars > 0 {
-        let txn = begin_write(&services.db).await.unwrap();
-        let entry = Entry::new("credit", format!("seed:{email}"), "seed").transfer(
-            Book::PromotionalCredit,
-            Book::Wallet(me.id),
-            dollars * 1_000_000,
-        );
-        ledger::post(&txn, entry).await.unwrap();
-        txn.commit().await.unwrap();
-    }
-    principal
+    testing::person(services, email, provider, dollars).await
 }
 
 /// A listed, online host with `n` GPUs in two NVLink islands.
 async fn host(services: &Services, provider: &Principal, n: usize) -> i64 {
-    let token = hosts::create_enrollment_token(services, provider, Some("Lab"), "http://x").await.unwrap();
-    let enrolled = hosts::enroll_host(services, &token.token, "storm").await.unwrap();
-    let row = hosts::authenticate_host(services, &enrolled.credential).await.unwrap();
-    let uuids: Vec<String> = (0..n).map(|i| format!("GPU-{i}")).collect();
-    let island = |i: usize| i * 2 / n.max(1);
-    let inventory = Inventory {
-        protocol: PROTOCOL_VERSION,
-        host: HostFacts {
-            hostname: "storm".into(),
-            cpu_model: "EPYC".into(),
-            cpu_cores: 64,
-            ram_bytes: 1 << 39,
-            disk_bytes: 1 << 41,
-            os: "Debian".into(),
-            agent_version: "0.1.0".into(),
-            location: None,
-        },
-        gpus: (0..n)
-            .map(|i| GpuInfo {
-                index: i as u32,
-                uuid: uuids[i].clone(),
-                name: MODEL.into(),
-                pci_bus_id: format!("00000000:{i:02X}:00.0"),
-                memory_total_bytes: 80 << 30,
-                driver_version: "550".into(),
-                cuda_version: "12.4".into(),
-                power_limit_milliwatts: None,
-                mig_enabled: None,
-                nvlink_peers: (0..n).filter(|j| *j != i && island(*j) == island(i)).map(|j| uuids[j].clone()).collect(),
-            })
-            .collect(),
-    };
-    hosts::record_inventory(services, &row, &inventory).await.unwrap();
-    let price = GpuModelPrice {
-        gpu_model: MODEL.into(),
-        on_demand_micros: 2_000_000,
-        reserved_micros: 1_600_000,
-        spot_min_bid_micros: 800_000,
-    };
-    hosts::update_host_pricing(services, provider, row.id, &price).await.unwrap();
-    hosts::set_host_listed(services, provider, row.id, true).await.unwrap();
-    hosts::record_heartbeat(services, &row).await.unwrap();
-    row.id
+    testing::listed_host(services, provider, "storm", n, 2).await
 }
 
 fn request(host_id: i64, gpu_count: u32) -> BookOfferRequest {
