@@ -34,8 +34,8 @@ use cardpool_domain::{
 use cardpool_protocol::{AttachSpec, ServerMessage, WorkloadStatus};
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use sea_orm::{
-    ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, EntityTrait,
-    IntoActiveModel, QueryFilter, QueryOrder, QuerySelect, sea_query::Expr,
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait, DatabaseTransaction, DbBackend,
+    EntityTrait, IntoActiveModel, QueryFilter, QueryOrder, QuerySelect, sea_query::Expr,
 };
 use std::collections::{HashMap, HashSet};
 
@@ -289,6 +289,11 @@ pub async fn book_offer(services: &Services, principal: &Principal, request: &Bo
         .all(&txn)
         .await
         .map_err(internal("loading holds"))?;
+    // The clock is read again only now, with the GPUs locked and their holds read: a release
+    // committed just before cannot end later than this booking starts (on PostgreSQL a release
+    // does not wait for the GPU rows' lock, so a timestamp from before the lock could).
+    let now = Utc::now();
+    let start = if request.kind == RentalKind::Reserved { start.max(now) } else { now };
     let mut blockers: HashMap<i64, HashSet<i64>> = HashMap::new();
     for hold in &holds {
         blockers.entry(hold.gpu_id).or_default().insert(hold.rental_id);
@@ -556,9 +561,13 @@ async fn apply(
         update.ends_at = Set(Some(now));
         // Holds that began end now; holds still in the future (a cancelled reservation, a
         // booking waiting on a preemption) collapse to nothing.
+        // Holds that already ended (a reservation past its window) keep their end.
+        let started =
+            Condition::all().add(rental_gpus::Column::StartsAt.lte(now)).add(rental_gpus::Column::EndsAt.gt(now));
         for (column_filter, ends) in [
-            (rental_gpus::Column::StartsAt.lte(now), Expr::value(now)),
-            (rental_gpus::Column::StartsAt.gt(now), Expr::col(rental_gpus::Column::StartsAt)),
+            (started, Expr::value(now)),
+            (Condition::all().add(rental_gpus::Column::StartsAt.gt(now)), Expr::col(rental_gpus::Column::StartsAt)),
+            (Condition::all().add(rental_gpus::Column::EndsAt.lte(now)), Expr::col(rental_gpus::Column::EndsAt)),
         ] {
             rental_gpus::Entity::update_many()
                 .col_expr(rental_gpus::Column::Active, Expr::value(false))
