@@ -57,6 +57,8 @@ struct Row {
     on_demand_micros: i64,
     reserved_micros: i64,
     spot_min_bid_micros: i64,
+    /// How many offers match, whatever the page.
+    total: i64,
 }
 
 #[derive(Debug, FromQueryResult)]
@@ -192,22 +194,31 @@ pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<O
         OfferSort::Availability => "gpus_free DESC".to_owned(),
     };
 
+    // One aggregation per search: the total rides along on every row (a window over the
+    // grouped offers); only a page past the end needs a separate count.
     let count_sql = format!("SELECT COUNT(*) AS total FROM ({grouped}) AS offers");
-    let total = Count::find_by_statement(Statement::from_sql_and_values(backend, count_sql, sql.values.clone()))
-        .one(&services.db)
-        .await
-        .map_err(internal("counting offers"))?
-        .map_or(0, |c| c.total.max(0) as u64);
-
+    let count_values = sql.values.clone();
     let limit = sql.bind(i64::from(filters.per_page));
     let offset = sql.bind(i64::from(filters.page - 1) * i64::from(filters.per_page));
     sql.text = format!(
-        "SELECT * FROM ({grouped}) AS offers ORDER BY {order}, host_id ASC, gpu_model ASC LIMIT {limit} OFFSET {offset}"
+        "SELECT offers.*, COUNT(*) OVER () AS total FROM ({grouped}) AS offers \
+         ORDER BY {order}, host_id ASC, gpu_model ASC LIMIT {limit} OFFSET {offset}"
     );
     let rows = Row::find_by_statement(Statement::from_sql_and_values(backend, sql.text, sql.values))
         .all(&services.db)
         .await
         .map_err(internal("searching offers"))?;
+    let total = match rows.first() {
+        Some(row) => row.total.max(0) as u64,
+        None if filters.page > 1 => {
+            Count::find_by_statement(Statement::from_sql_and_values(backend, count_sql, count_values))
+                .one(&services.db)
+                .await
+                .map_err(internal("counting offers"))?
+                .map_or(0, |c| c.total.max(0) as u64)
+        }
+        None => 0,
+    };
 
     let uptimes = uptimes(&services.db, &rows).await?;
     let spot = spot_prices(&services.db, &rows).await?;

@@ -205,6 +205,18 @@ async fn filters_sorts_and_pages_work(backend: Backend) {
     .await
     .unwrap();
     assert_eq!((first.total, first.offers.len(), second.offers.len()), (4, 3, 1));
+    assert_eq!(second.total, 4);
+    // Past the last page: no offers, and still the right total.
+    let beyond = offers::list_offers(
+        &services,
+        &q(|q| {
+            q.per_page = Some(3);
+            q.page = Some(5);
+        }),
+    )
+    .await
+    .unwrap();
+    assert_eq!((beyond.total, beyond.offers.len()), (4, 0));
     assert_eq!(second.offers[0].location.as_deref(), Some("Frankfurt, DE"));
 
     for bad in [
