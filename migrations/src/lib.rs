@@ -15,6 +15,7 @@ mod m20261130_000005_ledger_and_payments;
 mod m20261130_000006_offer_search;
 mod m20261130_000007_rentals;
 mod m20261130_000008_rental_lifecycle;
+mod m20261130_000009_offer_stock;
 
 pub struct Migrator;
 
@@ -30,6 +31,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000006_offer_search::Migration),
             Box::new(m20261130_000007_rentals::Migration),
             Box::new(m20261130_000008_rental_lifecycle::Migration),
+            Box::new(m20261130_000009_offer_stock::Migration),
         ]
     }
 }

@@ -171,6 +171,7 @@ async fn main() {
         let conn = db.connect().await;
         let seeding = Instant::now();
         seed(&conn, count).await;
+        cardpool_service::offers::rebuild_stock(&conn).await.expect("stock");
         println!("\n[{name}] seeded {count} hosts in {:.1} s", seeding.elapsed().as_secs_f64());
         let services = Services::new(conn, Settings::default()).await.expect("services");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");

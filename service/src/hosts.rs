@@ -344,6 +344,7 @@ pub async fn record_inventory(services: &Services, host: &hosts::Model, inventor
         row.updated_at = Set(now);
         row.update(&txn).await.map_err(internal("marking gpu missing"))?;
     }
+    crate::offers::refresh_stock(&txn, host.id).await?;
     txn.commit().await.map_err(internal("committing inventory"))?;
     Ok(())
 }

@@ -1,6 +1,10 @@
-//! Offer search: free GPUs of listed, online hosts, grouped per host and model, filtered,
-//! sorted and paged by the database (one query for the page, one for the total), so it stays
-//! fast with thousands of hosts and always reflects the current state.
+//! Offer search: free GPUs of listed, online hosts, per host and model, filtered, sorted and
+//! paged by the database in one query, so it stays fast with thousands of hosts.
+//!
+//! It reads `offer_stock`, one row of free GPUs per (host, model), which [`refresh_stock`]
+//! recomputes at the end of every transaction that changes a host's GPUs or holds (inventory,
+//! booking, release), so the stock is never stale; host facts, listing, status and prices are
+//! joined live.
 
 use crate::{
     AppError, AppResult, Services,
@@ -123,6 +127,70 @@ fn validate(query: &OfferQuery) -> AppResult<Filters> {
     })
 }
 
+/// The free-GPU stock of one host, from its GPUs and their holds. Call it last in a
+/// transaction that changed them: on PostgreSQL it takes the host's advisory lock first, so
+/// concurrent refreshes of one host run one after the other and each sees the one before it
+/// (taken last, the lock never waits inside a lock chain, so it cannot deadlock).
+pub async fn refresh_stock(conn: &impl ConnectionTrait, host_id: i64) -> AppResult<()> {
+    let backend = conn.get_database_backend();
+    if backend == DbBackend::Postgres {
+        conn.execute_raw(Statement::from_sql_and_values(
+            backend,
+            "SELECT pg_advisory_xact_lock($1)",
+            [Value::from(STOCK_LOCK_SPACE + host_id)],
+        ))
+        .await
+        .map_err(internal("locking host stock"))?;
+    }
+    let mut delete = Sql { backend, text: String::new(), values: Vec::new() };
+    let host = delete.bind(host_id);
+    conn.execute_raw(Statement::from_sql_and_values(
+        backend,
+        format!("DELETE FROM offer_stock WHERE host_id = {host}"),
+        delete.values,
+    ))
+    .await
+    .map_err(internal("clearing host stock"))?;
+    let mut insert = Sql { backend, text: String::new(), values: Vec::new() };
+    let host = insert.bind(host_id);
+    let select = stock_select(&mut insert, &format!("g.host_id = {host}"));
+    conn.execute_raw(Statement::from_sql_and_values(backend, select, insert.values))
+        .await
+        .map_err(internal("refreshing host stock"))?;
+    Ok(())
+}
+
+/// Recomputes the whole stock (at start-up: holds that ended while the server was down).
+pub async fn rebuild_stock(conn: &impl ConnectionTrait) -> AppResult<()> {
+    let backend = conn.get_database_backend();
+    conn.execute_unprepared("DELETE FROM offer_stock").await.map_err(internal("clearing stock"))?;
+    let mut insert = Sql { backend, text: String::new(), values: Vec::new() };
+    let select = stock_select(&mut insert, "1 = 1");
+    conn.execute_raw(Statement::from_sql_and_values(backend, select, insert.values))
+        .await
+        .map_err(internal("rebuilding stock"))?;
+    Ok(())
+}
+
+/// Advisory-lock keys of host stock: `STOCK_LOCK_SPACE + host id`.
+const STOCK_LOCK_SPACE: i64 = 0x5354_4f43_0000_0000;
+
+/// `INSERT INTO offer_stock SELECT ...` of the available GPUs matching `which` that no active
+/// hold keeps now or later (a reservation), as booking sees them.
+fn stock_select(sql: &mut Sql, which: &str) -> String {
+    let active = sql.bind(true);
+    let now = sql.bind(Utc::now());
+    format!(
+        "INSERT INTO offer_stock (host_id, gpu_model, gpus_free, vram_bytes, cuda_version, cuda_version_num, \
+         driver_version, linked) \
+         SELECT g.host_id, g.model, COUNT(g.id), MIN(g.memory_bytes), MIN(g.cuda_version), MIN(g.cuda_version_num), \
+         MIN(g.driver_version), SUM(CASE WHEN g.nvlink_peers <> '[]' THEN 1 ELSE 0 END) \
+         FROM gpus g WHERE {which} AND g.state = 'available' \
+         AND NOT EXISTS (SELECT 1 FROM rental_gpus rg WHERE rg.gpu_id = g.id AND rg.active = {active} AND rg.ends_at > {now}) \
+         GROUP BY g.host_id, g.model"
+    )
+}
+
 /// The offers matching `query`, one page of them. Open to everyone, signed in or not.
 pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<OfferPage> {
     let filters = validate(query)?;
@@ -135,30 +203,24 @@ pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<O
     let mut sql = Sql { backend, text: String::new(), values: Vec::new() };
     let listed = sql.bind(true);
     let online = sql.bind(HostStatus::Online.as_str());
-    let at = Utc::now();
-    let (active, now) = (sql.bind(true), sql.bind(at));
+    let min_gpus = sql.bind(i64::from(filters.min_gpus));
     let mut conditions = vec![
-        "g.state = 'available'".to_owned(),
         format!("h.listed = {listed}"),
         format!("h.status = {online}"),
         "h.revoked_at IS NULL".to_owned(),
-        // Held by a rental now or later (a reservation): not free, as booking sees it.
-        format!(
-            "NOT EXISTS (SELECT 1 FROM rental_gpus rg WHERE rg.gpu_id = g.id AND rg.active = {active} \
-             AND rg.ends_at > {now})"
-        ),
+        format!("s.gpus_free >= {min_gpus}"),
     ];
     if let Some(host_id) = filters.host_id {
         conditions.push(format!("h.id = {}", sql.bind(host_id)));
     }
     if let Some(model) = &filters.gpu_model {
-        conditions.push(format!("g.model = {}", sql.bind(model.clone())));
+        conditions.push(format!("s.gpu_model = {}", sql.bind(model.clone())));
     }
     if let Some(min_vram) = filters.min_vram {
-        conditions.push(format!("g.memory_bytes >= {}", sql.bind(min_vram)));
+        conditions.push(format!("s.vram_bytes >= {}", sql.bind(min_vram)));
     }
     if let Some(min_cuda) = filters.min_cuda {
-        conditions.push(format!("g.cuda_version_num >= {}", sql.bind(min_cuda)));
+        conditions.push(format!("s.cuda_version_num >= {}", sql.bind(min_cuda)));
     }
     if let Some(location) = &filters.location {
         let pattern = format!("%{}%", location.to_lowercase().replace(['%', '_'], ""));
@@ -167,19 +229,15 @@ pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<O
     if let Some(max_price) = filters.max_price {
         conditions.push(format!("{price_col} <= {}", sql.bind(max_price)));
     }
-    let min_gpus = sql.bind(i64::from(filters.min_gpus));
     let grouped = format!(
         "SELECT h.id AS host_id, h.location AS location, h.facts AS facts, h.created_at AS created_at, \
-         g.model AS gpu_model, COUNT(g.id) AS gpus_free, MIN(g.memory_bytes) AS vram_bytes, \
-         MIN(g.cuda_version) AS cuda_version, MIN(g.driver_version) AS driver_version, \
-         SUM(CASE WHEN g.nvlink_peers <> '[]' THEN 1 ELSE 0 END) AS linked, \
+         s.gpu_model AS gpu_model, s.gpus_free AS gpus_free, s.vram_bytes AS vram_bytes, \
+         s.cuda_version AS cuda_version, s.driver_version AS driver_version, s.linked AS linked, \
          p.on_demand_micros AS on_demand_micros, p.reserved_micros AS reserved_micros, \
          p.spot_min_bid_micros AS spot_min_bid_micros \
-         FROM gpus g JOIN hosts h ON h.id = g.host_id \
-         JOIN host_prices p ON p.host_id = g.host_id AND p.gpu_model = g.model \
-         WHERE {} \
-         GROUP BY h.id, h.location, h.facts, h.created_at, g.model, p.on_demand_micros, p.reserved_micros, p.spot_min_bid_micros \
-         HAVING COUNT(g.id) >= {min_gpus}",
+         FROM offer_stock s JOIN hosts h ON h.id = s.host_id \
+         JOIN host_prices p ON p.host_id = s.host_id AND p.gpu_model = s.gpu_model \
+         WHERE {}",
         conditions.join(" AND ")
     );
     let order = match filters.sort {

@@ -24,6 +24,7 @@ use crate::{
     entities::{gpus, host_prices, hosts, rental_events, rental_gpus, rentals, spot_prices},
     internal, ledger,
     ledger::Book,
+    offers,
 };
 use cardpool_domain::{
     host::HostStatus,
@@ -406,6 +407,7 @@ pub async fn book_offer(services: &Services, principal: &Principal, request: &Bo
     };
     record(&txn, rental.id, RentalState::Requested, reason, now).await?;
     reprice_spot(services, &txn, host.id, &request.gpu_model, now).await?;
+    offers::refresh_stock(&txn, host.id).await?;
     txn.commit().await.map_err(taken)?;
     tracing::info!(rental.id = rental.id, host.id = host.id, kind = request.kind.as_str(), gpus = ?chosen, "rental booked");
     services.signals.notify(host.id);
@@ -593,6 +595,7 @@ pub async fn transition(services: &Services, rental_id: i64, next: RentalState, 
     let rental = load_for_update(&txn, rental_id).await?;
     let host_id = rental.host_id;
     let rental = after_change(services, &txn, apply(&txn, rental, next, reason, now).await?, now).await?;
+    offers::refresh_stock(&txn, host_id).await?;
     txn.commit().await.map_err(internal("committing rental transition"))?;
     services.signals.notify(host_id);
     dto(&services.db, rental).await
@@ -646,6 +649,7 @@ pub async fn stop_rental(services: &Services, principal: &Principal, rental_id: 
         apply(&txn, rental, RentalState::Stopping, "stop requested by the renter", now).await?
     };
     let rental = after_change(services, &txn, rental, now).await?;
+    offers::refresh_stock(&txn, host_id).await?;
     txn.commit().await.map_err(internal("committing stop"))?;
     services.signals.notify(host_id);
     dto(&services.db, rental).await
@@ -882,6 +886,7 @@ pub async fn run_schedules(services: &Services) -> AppResult<()> {
             let rental = update.update(&txn).await.map_err(internal("ending window"))?;
             after_change(services, &txn, rental, now).await?;
         }
+        offers::refresh_stock(&txn, host_id).await?;
         txn.commit().await.map_err(internal("committing window end"))?;
         services.signals.notify(host_id);
     }
@@ -964,6 +969,7 @@ pub async fn interrupt_host(services: &Services, host_id: i64, last_heartbeat: O
             let rental = apply(&txn, rental, RentalState::Interrupted, "the host went offline", now).await?;
             after_change(services, &txn, rental, now).await?;
         }
+        offers::refresh_stock(&txn, host_id).await?;
         txn.commit().await.map_err(internal("committing interruption"))?;
     }
     Ok(())
@@ -1025,6 +1031,7 @@ pub async fn record_workload_status(
     }
     let rental = apply(&txn, rental, next, &reason, now).await?;
     after_change(services, &txn, rental, now).await?;
+    offers::refresh_stock(&txn, host_id).await?;
     txn.commit().await.map_err(internal("committing workload report"))?;
     tracing::info!(rental.id = rental_id, host.id = host_id, state = next.as_str(), "rental {reason}");
     Ok(())

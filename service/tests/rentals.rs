@@ -107,12 +107,14 @@ async fn booking_storm_never_overbooks(backend: Backend) {
         })
         .collect();
     let (mut accepted, mut rejected, mut gpus_given) = (0, 0, 0u32);
+    let mut booked = Vec::new();
     for task in tasks {
         match task.await.unwrap() {
             (count, Ok(rental)) => {
                 accepted += 1;
                 gpus_given += count;
                 assert_eq!(rental.gpu_indexes.len(), count as usize);
+                booked.push((rental.id, count));
             }
             (_, Err(AppError::Conflict(_))) => rejected += 1,
             (_, Err(other)) => panic!("unexpected failure: {other:?}"),
@@ -126,6 +128,29 @@ async fn booking_storm_never_overbooks(backend: Backend) {
     let left: u32 =
         offers::list_offers(&services, &OfferQuery::default()).await.unwrap().offers.iter().map(|o| o.gpus_free).sum();
     assert_eq!(left, 8 - gpus_given);
+
+    // Releases racing new bookings: the market's stock still matches the holds exactly.
+    let mut tasks = Vec::new();
+    for (i, (rental_id, _)) in booked.iter().enumerate() {
+        let (releaser, rental_id) = (services.clone(), *rental_id);
+        tasks.push(tokio::spawn(async move {
+            rentals::transition(&releaser, rental_id, RentalState::Ended, "released").await.map(|_| ())
+        }));
+        let (services, renter) = (services.clone(), renters[i % renters.len()].clone());
+        tasks.push(tokio::spawn(async move {
+            match rentals::book_offer(&services, &renter, &request(host_id, 1)).await {
+                Ok(_) | Err(AppError::Conflict(_)) => Ok(()),
+                Err(other) => Err(other),
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    let held = assert_no_overlaps(&services).await as u32;
+    let left: u32 =
+        offers::list_offers(&services, &OfferQuery::default()).await.unwrap().offers.iter().map(|o| o.gpus_free).sum();
+    assert_eq!(left, 8 - held);
     assert!(ledger::verify(&services.db).await.unwrap().is_sound());
 }
 
