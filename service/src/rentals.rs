@@ -1286,6 +1286,51 @@ mod tests {
         }
     }
 
+    proptest! {
+        /// The clearing rule: the minimum while any GPU is free; else the lowest live bid, never
+        /// below the minimum and never above any live bid that is itself at least the minimum.
+        /// More demand never lowers it.
+        #[test]
+        fn spot_clears_at_one_fair_price(
+            min in 1i64..5_000_000,
+            free in 0usize..3,
+            bids in proptest::collection::vec(1i64..10_000_000, 0..8),
+            extra in 1i64..10_000_000,
+        ) {
+            let price = clearing_price(min, free, &bids);
+            prop_assert!(price >= min);
+            if free > 0 || bids.is_empty() {
+                prop_assert_eq!(price, min);
+            } else {
+                prop_assert!(bids.iter().filter(|b| **b >= min).all(|b| price <= *b));
+                prop_assert!(bids.contains(&price) || price == min);
+            }
+            let mut more = bids.clone();
+            more.push(extra);
+            if free == 0 && !bids.is_empty() && extra >= price {
+                prop_assert_eq!(clearing_price(min, free, &more), price);
+            }
+        }
+
+        /// Billing in any number of settlements charges exactly the cost of the whole.
+        #[test]
+        fn split_settlements_add_up_exactly(
+            price in 1i64..100_000_000,
+            gpus in 1i64..65,
+            cuts in proptest::collection::vec(0i64..100_000, 0..12),
+        ) {
+            let mut cuts = cuts;
+            cuts.sort_unstable();
+            let mut billed = 0;
+            let mut charged = 0;
+            for seconds in cuts.iter().copied().chain(std::iter::once(100_000)) {
+                charged += cost(price, gpus, seconds) - cost(price, gpus, billed);
+                billed = seconds;
+            }
+            prop_assert_eq!(charged, cost(price, gpus, 100_000));
+        }
+    }
+
     #[test]
     fn workloads_are_validated() {
         let ok =

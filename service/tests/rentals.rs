@@ -435,7 +435,48 @@ async fn reservations_are_prepaid_exclusive_and_refunded_when_cancelled(backend:
     assert!(ledger::verify(&services.db).await.unwrap().is_sound());
 }
 
+async fn a_reserved_window_runs_ends_on_time_and_pays_the_provider(backend: Backend) {
+    let (_db, services) = testing::services(backend, Settings::default()).await;
+    let provider = person(&services, "owner@example.com", true, 0).await;
+    let host_id = host(&services, &provider, 2).await;
+    let renter = person(&services, "renter@example.com", false, 50).await;
+    let request = BookOfferRequest {
+        kind: RentalKind::Reserved,
+        starts_at: Some(chrono::Utc::now()),
+        hours: Some(2),
+        ..request(host_id, 1)
+    };
+    let rental = rentals::book_offer(&services, &renter, &request).await.unwrap();
+    // The window has begun: the agent is told to attach, and the workload runs.
+    let commands = rentals::commands_for_host(&services, host_id, None).await.unwrap();
+    assert!(matches!(commands.as_slice(), [ServerMessage::Attach(spec)] if spec.rental_id == rental.id));
+    report(&services, host_id, rental.id, WorkloadStatus::Ready).await;
+    // Pretend the two hours are over: the scheduler stops it at the window's end.
+    let row = rentals_rows::Entity::find_by_id(rental.id).one(&services.db).await.unwrap().unwrap();
+    let end = chrono::Utc::now() - chrono::Duration::seconds(5);
+    let mut update = row.into_active_model();
+    update.reserved_until = Set(Some(end));
+    update.running_since = Set(Some(end - chrono::Duration::hours(2)));
+    update.update(&services.db).await.unwrap();
+    rentals::run_schedules(&services).await.unwrap();
+    let stopping = state_of(&services, &renter, rental.id).await;
+    assert_eq!(stopping.rental.state, RentalState::Stopping);
+    assert!(stopping.events.iter().any(|e| e.reason == "the reserved window ended"));
+    assert_eq!(stopping.rental.billed_seconds, 7200);
+    report(&services, host_id, rental.id, WorkloadStatus::Detached).await;
+    let ended = state_of(&services, &renter, rental.id).await.rental;
+    assert_eq!(ended.state, RentalState::Ended);
+    // 2 h × $1.60, all from the prepaid funds, all to the provider (less the fee).
+    assert_eq!(ended.charged_micros, 3_200_000);
+    assert_eq!(wallet(&services, &renter).await, 50_000_000 - 3_200_000);
+    assert_eq!(ledger::balance(&services.db, Book::Held(renter.user_id)).await.unwrap(), 0);
+    let earned = ledger::balance(&services.db, Book::Earnings(provider.user_id)).await.unwrap();
+    assert_eq!(earned, ledger::split_fee(3_200_000, 1000).0);
+    assert!(ledger::verify(&services.db).await.unwrap().is_sound());
+}
+
 backend_tests!(
+    a_reserved_window_runs_ends_on_time_and_pays_the_provider,
     booking_storm_never_overbooks,
     bookings_prefer_nvlink_and_release_on_end,
     the_database_refuses_overlapping_holds,
