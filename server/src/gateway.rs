@@ -8,7 +8,7 @@
 //!
 //! Rentals: the connection sends the agent what `rentals::commands_for_host` says it must do
 //! (attach, preemption notice, detach) on connect, whenever the service signals a change on
-//! this host, and every heartbeat interval; the agent's workload reports drive the rental's
+//! this host, and in answer to every heartbeat (which lists what the agent runs); the agent's workload reports drive the rental's
 //! state machine through `rentals::record_workload_status`.
 
 use crate::api::ApiError;
@@ -174,9 +174,6 @@ async fn serve_agent(
             _ = recheck.tick() => {
                 if hosts::authenticate_host(&services, &credential).await.is_err() {
                     refuse(&mut tx, "this host's credential was revoked").await;
-                    break;
-                }
-                if !send_commands(&services, &mut tx, host.id, None).await {
                     break;
                 }
             }

@@ -166,27 +166,20 @@ async fn a_spot_rental_is_preempted_by_on_demand_and_billing_is_exact(backend: B
 async fn bad_bookings_are_refused_clearly(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     let renter = funded_renter(&app, "renter@example.com", 1).await;
-    let res = renter
-        .post(app.url("/api/v1/rentals"))
-        .json(&json!({"host_id": 999, "gpu_model": MODEL, "gpu_count": 0, "workload": {"command": "x"}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::UNPROCESSABLE_ENTITY);
-    let res = renter
-        .post(app.url("/api/v1/rentals"))
-        .json(&json!({"host_id": 999, "gpu_model": MODEL, "gpu_count": 1, "workload": {}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::UNPROCESSABLE_ENTITY);
-    let res = renter
-        .post(app.url("/api/v1/rentals"))
-        .json(&json!({"host_id": 999, "gpu_model": MODEL, "gpu_count": 1, "workload": {"command": "x"}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    for (body, status) in [
+        (
+            json!({"host_id": 999, "gpu_model": MODEL, "gpu_count": 0, "workload": {"command": "x"}}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (json!({"host_id": 999, "gpu_model": MODEL, "gpu_count": 1, "workload": {}}), StatusCode::UNPROCESSABLE_ENTITY),
+        (
+            json!({"host_id": 999, "gpu_model": MODEL, "gpu_count": 1, "workload": {"command": "x"}}),
+            StatusCode::NOT_FOUND,
+        ),
+    ] {
+        let res = renter.post(app.url("/api/v1/rentals")).json(&body).send().await.unwrap();
+        assert_eq!(res.status(), status, "{body}");
+    }
     let anonymous = app.browser();
     let res = anonymous.get(app.url("/api/v1/rentals")).send().await.unwrap();
     assert_eq!(res.status(), StatusCode::UNAUTHORIZED);

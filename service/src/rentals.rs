@@ -628,8 +628,7 @@ async fn after_change(
 pub async fn stop_rental(services: &Services, principal: &Principal, rental_id: i64) -> AppResult<Rental> {
     let now = Utc::now();
     let txn = begin_write(&services.db).await.map_err(internal("starting stop"))?;
-    let rental =
-        load_for_update(&txn, rental_id).await?.filter_owner(principal).ok_or_else(|| AppError::not_found("rental"))?;
+    let rental = owned_by(load_for_update(&txn, rental_id).await?, principal)?;
     let state = RentalState::parse(&rental.state).unwrap_or(RentalState::Failed);
     if state.is_terminal() || state == RentalState::Stopping {
         return Err(AppError::conflict(format!("this rental is already {}", state.as_str())));
@@ -655,13 +654,12 @@ pub async fn stop_rental(services: &Services, principal: &Principal, rental_id: 
     dto(&services.db, rental).await
 }
 
-trait OwnedBy: Sized {
-    fn filter_owner(self, principal: &Principal) -> Option<Self>;
-}
-
-impl OwnedBy for rentals::Model {
-    fn filter_owner(self, principal: &Principal) -> Option<Self> {
-        (self.renter_id == principal.user_id || principal.roles.admin).then_some(self)
+/// The rental if `principal` may act on it (its renter, or an admin); else "not found".
+fn owned_by(rental: rentals::Model, principal: &Principal) -> AppResult<rentals::Model> {
+    if rental.renter_id == principal.user_id || principal.roles.admin {
+        Ok(rental)
+    } else {
+        Err(AppError::not_found("rental"))
     }
 }
 
@@ -675,8 +673,7 @@ pub async fn change_bid(
 ) -> AppResult<Rental> {
     let now = Utc::now();
     let txn = begin_write(&services.db).await.map_err(internal("starting bid change"))?;
-    let rental =
-        load_for_update(&txn, rental_id).await?.filter_owner(principal).ok_or_else(|| AppError::not_found("rental"))?;
+    let rental = owned_by(load_for_update(&txn, rental_id).await?, principal)?;
     if rental.kind != RentalKind::Spot.as_str() {
         return Err(AppError::conflict("only spot rentals have a bid"));
     }

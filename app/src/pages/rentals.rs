@@ -267,7 +267,6 @@ fn RentalView() -> impl IntoView {
             move || {
                 if let Some(Ok(d)) = detail.get_untracked()
                     && !d.rental.is_live()
-                    && d.rental.state.is_terminal()
                 {
                     return;
                 }
