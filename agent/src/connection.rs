@@ -11,12 +11,17 @@ use crate::{
     runtime::{ContainerRuntime, ProcessRuntime, Runtime, SimulatedRuntime, WorkloadMode},
     state::AgentState,
     supervisor::{StatusUpdate, Supervisor},
+    telemetry::{self, FRAMES_PER_MESSAGE, IN_FLIGHT_FRAMES, TelemetryBuffer},
 };
 use cardpool_protocol::{AgentMessage, Inventory, PROTOCOL_VERSION, ServerMessage};
 use futures_util::{SinkExt, StreamExt};
 use rand::Rng;
-use std::{path::PathBuf, sync::Arc, time::Duration};
-use tokio::sync::mpsc::UnboundedReceiver;
+use std::{
+    path::PathBuf,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+use tokio::sync::{Notify, mpsc::UnboundedReceiver};
 use tokio_tungstenite::tungstenite::{self, Message, client::IntoClientRequest, http::HeaderValue};
 
 const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
@@ -84,14 +89,28 @@ fn inventory(source: &dyn GpuSource, location: &Option<String>) -> Result<Invent
     })
 }
 
+/// What one agent process keeps across its connections.
+struct Agent<'a> {
+    url: String,
+    state: &'a AgentState,
+    source: &'a dyn GpuSource,
+    location: Option<String>,
+    supervisor: Supervisor,
+    telemetry: Mutex<TelemetryBuffer>,
+    /// Woken by the sampler after each frame.
+    fresh: Notify,
+}
+
 /// Runs until shut down or refused for good. Rentals' workloads run in `rentals_dir` (one
-/// directory each) and keep running across reconnects.
+/// directory each) and keep running across reconnects; GPUs are sampled every
+/// `sample_interval` (one second in production) whether or not the server is reachable.
 pub async fn run(
     state: &AgentState,
     source: &dyn GpuSource,
     location: Option<String>,
     rentals_dir: PathBuf,
     mode: WorkloadMode,
+    sample_interval: Duration,
 ) -> Result<(), String> {
     let url = gateway_url(&state.server)?;
     let (process, container): (Arc<dyn Runtime>, Option<Arc<dyn Runtime>>) = match mode {
@@ -107,12 +126,25 @@ pub async fn run(
         }
     };
     let (supervisor, mut updates) = Supervisor::new(rentals_dir, process, container);
+    let agent = Agent {
+        url,
+        state,
+        source,
+        location,
+        supervisor,
+        telemetry: Mutex::new(TelemetryBuffer::new(telemetry::BUFFER_FRAMES)),
+        fresh: Notify::new(),
+    };
+    let sampler =
+        telemetry::sample_forever(source, &agent.supervisor, &agent.telemetry, &agent.fresh, sample_interval);
+    tokio::pin!(sampler);
     let mut backoff = Backoff::new();
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
     loop {
         let ended = tokio::select! {
-            ended = session(&url, state, source, &location, &mut backoff, &supervisor, &mut updates) => ended,
+            ended = session(&agent, &mut backoff, &mut updates) => ended,
+            () = &mut sampler => Ended::Shutdown,
             () = &mut shutdown => Ended::Shutdown,
         };
         match ended {
@@ -126,6 +158,7 @@ pub async fn run(
                 eprintln!("cardpool-agent: connection lost ({reason}); reconnecting in {:.1} s", delay.as_secs_f32());
                 tokio::select! {
                     () = tokio::time::sleep(delay) => {}
+                    () = &mut sampler => return Ok(()),
                     () = &mut shutdown => return Ok(()),
                 }
             }
@@ -133,15 +166,24 @@ pub async fn run(
     }
 }
 
-async fn session(
-    url: &str,
-    state: &AgentState,
-    source: &dyn GpuSource,
-    location: &Option<String>,
-    backoff: &mut Backoff,
-    supervisor: &Supervisor,
-    updates: &mut UnboundedReceiver<StatusUpdate>,
-) -> Ended {
+/// The next telemetry message after `sent`, if any is due and the in-flight window allows.
+fn next_telemetry(agent: &Agent<'_>, sent: &mut u64) -> Option<AgentMessage> {
+    let buffer = agent.telemetry.lock().unwrap_or_else(|p| p.into_inner());
+    if *sent < buffer.acked() {
+        *sent = buffer.acked();
+    }
+    if *sent - buffer.acked() >= IN_FLIGHT_FRAMES {
+        return None;
+    }
+    let frames = buffer.after(*sent, FRAMES_PER_MESSAGE);
+    let last = frames.last()?.sequence;
+    *sent = last;
+    Some(AgentMessage::Telemetry { stream: buffer.stream, frames, dropped: buffer.dropped() })
+}
+
+async fn session(agent: &Agent<'_>, backoff: &mut Backoff, updates: &mut UnboundedReceiver<StatusUpdate>) -> Ended {
+    let (url, state, source, location, supervisor) =
+        (agent.url.as_str(), agent.state, agent.source, &agent.location, &agent.supervisor);
     let mut request = match url.into_client_request() {
         Ok(request) => request,
         Err(err) => return Ended::Refused(err.to_string()),
@@ -209,8 +251,15 @@ async fn session(
     let mut refresh = tokio::time::interval(INVENTORY_REFRESH);
     refresh.tick().await;
     let mut sequence = 0u64;
+    // Telemetry sent on this connection (a new connection replays what was not acknowledged).
+    let mut sent = agent.telemetry.lock().unwrap_or_else(|p| p.into_inner()).acked();
+    agent.fresh.notify_one();
     loop {
         let outgoing = tokio::select! {
+            () = agent.fresh.notified() => match next_telemetry(agent, &mut sent) {
+                Some(message) => message,
+                None => continue,
+            },
             _ = heartbeat.tick() => {
                 sequence += 1;
                 AgentMessage::Heartbeat { sequence, rentals: supervisor.running() }
@@ -249,6 +298,12 @@ async fn session(
                     }
                     Ok(ServerMessage::Detach { rental_id }) => {
                         supervisor.detach(rental_id);
+                        continue;
+                    }
+                    Ok(ServerMessage::TelemetryAck { stream, sequence }) => {
+                        agent.telemetry.lock().unwrap_or_else(|p| p.into_inner()).ack(stream, sequence);
+                        // The window may have room again, or a replay has more to send.
+                        agent.fresh.notify_one();
                         continue;
                     }
                     _ => continue,
@@ -325,7 +380,16 @@ mod tests {
         let url = gateway_url(&state.server).unwrap();
         let (supervisor, mut updates) =
             Supervisor::new(std::env::temp_dir().join("cardpool-tls-test"), Arc::new(ProcessRuntime), None);
-        match session(&url, &state, &source, &None, &mut Backoff::new(), &supervisor, &mut updates).await {
+        let agent = Agent {
+            url,
+            state: &state,
+            source: &source,
+            location: None,
+            supervisor,
+            telemetry: Mutex::new(TelemetryBuffer::new(10)),
+            fresh: Notify::new(),
+        };
+        match session(&agent, &mut Backoff::new(), &mut updates).await {
             Ended::Dropped(reason) => assert!(!reason.is_empty()),
             Ended::Refused(reason) => panic!("a network failure must be retried, got refusal: {reason}"),
             Ended::Shutdown => unreachable!(),

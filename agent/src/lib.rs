@@ -9,3 +9,4 @@ pub mod runtime;
 pub mod selftest;
 pub mod state;
 pub mod supervisor;
+pub mod telemetry;

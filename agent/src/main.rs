@@ -45,6 +45,9 @@ enum Command {
         /// GPU indexes). Without it, simulated hosts run a stand-in process per rental.
         #[arg(long, requires = "simulate")]
         run_workloads: bool,
+        /// How often every GPU is sampled for telemetry, milliseconds.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=60_000))]
+        sample_interval_ms: u64,
     },
     /// Print what this host would report: host facts and every GPU.
     Inventory {
@@ -113,14 +116,22 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             eprintln!("next: cardpool-agent run");
             Ok(ExitCode::SUCCESS)
         }
-        Command::Run { state_dir, source, run_workloads } => {
+        Command::Run { state_dir, source, run_workloads, sample_interval_ms } => {
             let dir = state_dir.unwrap_or_else(state::default_dir);
             let saved = state::load(&dir)?;
             let hostname = host::host_facts(None).hostname;
             let gpus = source.open(&hostname)?;
             let mode =
                 if source.simulate.is_some() && !run_workloads { WorkloadMode::Simulate } else { WorkloadMode::Run };
-            connection::run(&saved, gpus.as_ref(), source.location.clone(), dir.join("rentals"), mode).await?;
+            connection::run(
+                &saved,
+                gpus.as_ref(),
+                source.location.clone(),
+                dir.join("rentals"),
+                mode,
+                std::time::Duration::from_millis(sample_interval_ms),
+            )
+            .await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Inventory { json, source } => {

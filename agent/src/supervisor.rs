@@ -33,6 +33,16 @@ struct Workload {
     noticed: bool,
     stop: Option<oneshot::Sender<Duration>>,
     finished_order: u64,
+    gpu_indexes: Vec<u32>,
+}
+
+/// A workload that holds GPUs right now, as telemetry reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuUse {
+    pub rental_id: i64,
+    pub gpu_indexes: Vec<u32>,
+    /// Process group leader of the workload, when it runs as a process here.
+    pub pid: Option<u32>,
 }
 
 #[derive(Clone)]
@@ -112,6 +122,22 @@ impl Supervisor {
         ids
     }
 
+    /// The running workloads and the GPUs each holds.
+    pub fn gpu_use(&self) -> Vec<GpuUse> {
+        let workloads = self.inner.workloads.lock().unwrap_or_else(|p| p.into_inner());
+        let mut uses: Vec<GpuUse> = workloads
+            .iter()
+            .filter(|(_, w)| matches!(w.status, WorkloadStatus::Provisioning | WorkloadStatus::Ready))
+            .map(|(id, w)| GpuUse {
+                rental_id: *id,
+                gpu_indexes: w.gpu_indexes.clone(),
+                pid: w.pgid.and_then(|p| u32::try_from(p).ok()),
+            })
+            .collect();
+        uses.sort_by_key(|u| u.rental_id);
+        uses
+    }
+
     pub fn attach(&self, spec: AttachSpec) {
         let rental_id = spec.rental_id;
         {
@@ -129,6 +155,7 @@ impl Supervisor {
                     noticed: false,
                     stop: None,
                     finished_order: 0,
+                    gpu_indexes: spec.gpu_indexes.clone(),
                 },
             );
         }

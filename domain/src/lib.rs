@@ -12,5 +12,6 @@ pub mod money;
 pub mod offers;
 pub mod payments;
 pub mod rentals;
+pub mod telemetry;
 
 pub use error::{AppError, FieldErrors};

@@ -130,6 +130,9 @@ pub struct BookOfferRequest {
     pub starts_at: Option<chrono::DateTime<chrono::Utc>>,
     #[serde(default)]
     pub hours: Option<u32>,
+    /// Stop the rental on its own when its GPUs sit idle (see the idle alert).
+    #[serde(default)]
+    pub stop_when_idle: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -163,6 +166,7 @@ pub struct Rental {
     pub accrued_micros: i64,
     /// A warning for the renter (low balance, preemption notice), if any.
     pub notice: Option<String>,
+    pub stop_when_idle: bool,
     pub created_at: chrono::DateTime<chrono::Utc>,
 }
 
@@ -190,6 +194,9 @@ pub struct BookingForm {
     /// Reservation start, `YYYY-MM-DDTHH:MM` in UTC (an `<input type="datetime-local">`).
     pub starts_at: String,
     pub hours: String,
+    /// A checkbox: present ("on") when ticked.
+    #[serde(default)]
+    pub stop_when_idle: Option<String>,
 }
 
 impl BookingForm {
@@ -244,6 +251,7 @@ impl BookingForm {
             bid_micros,
             starts_at,
             hours,
+            stop_when_idle: self.stop_when_idle.is_some(),
         })
     }
 }

@@ -16,6 +16,7 @@ mod m20261130_000006_offer_search;
 mod m20261130_000007_rentals;
 mod m20261130_000008_rental_lifecycle;
 mod m20261130_000009_offer_stock;
+mod m20261130_000010_telemetry;
 
 pub struct Migrator;
 
@@ -32,6 +33,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000007_rentals::Migration),
             Box::new(m20261130_000008_rental_lifecycle::Migration),
             Box::new(m20261130_000009_offer_stock::Migration),
+            Box::new(m20261130_000010_telemetry::Migration),
         ]
     }
 }

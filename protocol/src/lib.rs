@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion { major: 1, minor: 0 };
+pub const PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion { major: 1, minor: 1 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProtocolVersion {
@@ -84,7 +84,7 @@ mod tests {
     fn same_major_is_accepted_other_majors_refused_with_a_reason() {
         assert!(PROTOCOL_VERSION.check_peer(ProtocolVersion { major: 1, minor: 7 }).is_ok());
         let err = PROTOCOL_VERSION.check_peer(ProtocolVersion { major: 2, minor: 0 }).unwrap_err();
-        assert!(err.contains("2.0") && err.contains("1.0"), "{err}");
+        assert!(err.contains("2.0") && err.contains("1.1"), "{err}");
     }
 
     #[test]
@@ -129,6 +129,61 @@ pub enum AgentMessage {
     RentalStatus { rental_id: i64, status: WorkloadStatus },
     /// The host's self-test, on connect and whenever its outcome changes.
     SelfTest(SelfTestReport),
+    /// GPU samples not yet acknowledged, oldest first (since 1.1). `stream` identifies the
+    /// agent process (its start time, ms) and grows with every restart; `sequence` numbers
+    /// grow by one per frame within a stream. The server stores each (stream, sequence) once
+    /// and answers with [`ServerMessage::TelemetryAck`]; the agent drops what is acknowledged
+    /// and replays the rest after a reconnect. `dropped` counts frames the agent's bounded
+    /// buffer had to discard (oldest first) since it started.
+    Telemetry { stream: u64, frames: Vec<TelemetryFrame>, dropped: u64 },
+}
+
+/// Every GPU of the host at one instant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TelemetryFrame {
+    pub sequence: u64,
+    /// Unix time of the sample, milliseconds.
+    pub at_ms: i64,
+    pub gpus: Vec<GpuSample>,
+}
+
+/// One GPU's readings; `None` where the source cannot tell (a GPU off the bus reads all
+/// `None`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuSample {
+    pub index: u32,
+    pub uuid: String,
+    /// Percent of time a kernel was running.
+    pub utilization_pct: Option<u32>,
+    pub memory_used_bytes: Option<u64>,
+    pub memory_total_bytes: Option<u64>,
+    pub temperature_c: Option<u32>,
+    /// Temperature at which the GPU slows itself down.
+    pub slowdown_temperature_c: Option<u32>,
+    pub power_milliwatts: Option<u32>,
+    pub power_limit_milliwatts: Option<u32>,
+    pub sm_clock_mhz: Option<u32>,
+    pub memory_clock_mhz: Option<u32>,
+    pub fan_pct: Option<u32>,
+    /// Volatile ECC error counts since the driver loaded.
+    pub ecc_corrected: Option<u64>,
+    pub ecc_uncorrected: Option<u64>,
+    /// XID error codes seen since the previous sample.
+    #[serde(default)]
+    pub xid_errors: Vec<u64>,
+    /// Active throttle reasons, by name.
+    #[serde(default)]
+    pub throttle_reasons: Vec<String>,
+    #[serde(default)]
+    pub processes: Vec<GpuProcess>,
+}
+
+/// A process using a GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuProcess {
+    pub pid: u32,
+    pub name: String,
+    pub memory_used_bytes: Option<u64>,
 }
 
 /// One check of `cardpool-agent self-test`.
@@ -173,6 +228,8 @@ pub enum ServerMessage {
     /// Stop the workload and take its GPUs back. Answered with `RentalStatus::Detached` even
     /// when the agent has nothing running for that rental.
     Detach { rental_id: i64 },
+    /// Every telemetry frame of `stream` up to `sequence` is stored (since 1.1).
+    TelemetryAck { stream: u64, sequence: u64 },
 }
 
 /// Everything the agent needs to run a renter's workload.

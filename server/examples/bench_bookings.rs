@@ -90,6 +90,7 @@ async fn main() {
                         bid_micros: None,
                         starts_at: None,
                         hours: None,
+                        stop_when_idle: false,
                     };
                     match rentals::book_offer(&services, &renter, &request).await {
                         Ok(rental) => {

@@ -77,6 +77,15 @@ pub struct Config {
     pub low_balance_warning_minutes: u32,
     /// How often running rentals are billed, seconds (at most 60).
     pub billing_interval_secs: u64,
+    /// Bearer token Prometheus scrapes `/metrics` with; without one `/metrics` answers 404.
+    pub metrics_token: Option<Secret>,
+    /// Days of one-minute GPU rollups kept.
+    pub telemetry_retention_days: u32,
+    /// A rented GPU below this utilisation, percent, counts as idle.
+    pub idle_gpu_util_pct: u32,
+    /// Minutes a rented GPU may sit idle before the renter is told (or the rental stopped,
+    /// if they asked for that at booking).
+    pub idle_gpu_minutes: u32,
 }
 
 impl Default for Config {
@@ -104,6 +113,10 @@ impl Default for Config {
             preemption_notice_secs: 30,
             low_balance_warning_minutes: 10,
             billing_interval_secs: 15,
+            metrics_token: None,
+            telemetry_retention_days: 30,
+            idle_gpu_util_pct: 5,
+            idle_gpu_minutes: 30,
         }
     }
 }
@@ -161,6 +174,10 @@ impl Config {
                 preemption_notice_secs: self.preemption_notice_secs,
                 low_balance_warning_minutes: self.low_balance_warning_minutes,
             },
+            alerts: cardpool_service::alerts::AlertSettings {
+                idle_util_pct: self.idle_gpu_util_pct,
+                idle_minutes: self.idle_gpu_minutes.max(1),
+            },
         }
     }
 }
@@ -175,10 +192,11 @@ mod tests {
             database_url: Secret::new("postgres://u:hunter2@db/x"),
             stripe_secret_key: Some(Secret::new("sk_live_hunter3")),
             stripe_webhook_secret: Some(Secret::new("whsec_hunter4")),
+            metrics_token: Some(Secret::new("hunter5")),
             ..Config::default()
         };
         let printed = format!("{config:?} {:?}", config.service_settings());
-        for secret in ["hunter2", "hunter3", "hunter4"] {
+        for secret in ["hunter2", "hunter3", "hunter4", "hunter5"] {
             assert!(!printed.contains(secret), "{secret} printed");
         }
     }

@@ -5,7 +5,7 @@
 use cardpool_agent::{connection, gpu::simulated::SimulatedSource, runtime::WorkloadMode, state};
 use cardpool_domain::account::SignUpRequest;
 use cardpool_service::{AppResult, Services, accounts, auth::Credential, auth::Principal, hosts};
-use std::path::Path;
+use std::{path::Path, time::Duration};
 
 /// The password of every demo account (printed at start-up; demo databases only).
 pub const DEMO_PASSWORD: &str = "cardpool-demo";
@@ -65,7 +65,7 @@ pub async fn start_agents(services: &Services, server_url: &str, state_root: &Pa
                 Err(err) => return tracing::error!(%err, "demo host spec"),
             };
             if let Err(err) =
-                connection::run(&saved, &source, Some(location.to_owned()), rentals_dir, WorkloadMode::Simulate).await
+                connection::run(&saved, &source, Some(location.to_owned()), rentals_dir, WorkloadMode::Simulate, Duration::from_secs(1)).await
             {
                 tracing::warn!(host = hostname, %err, "demo agent stopped");
             }

@@ -10,6 +10,9 @@
 //! (attach, preemption notice, detach) on connect, whenever the service signals a change on
 //! this host, and in answer to every heartbeat (which lists what the agent runs); the agent's workload reports drive the rental's
 //! state machine through `rentals::record_workload_status`.
+//!
+//! Telemetry: each batch is stored by `telemetry::ingest` and acknowledged only after it is
+//! committed; the agent replays anything unacknowledged on its next connection.
 
 use crate::api::ApiError;
 use axum::{
@@ -24,14 +27,15 @@ use axum::{
 use cardpool_app::ssr::AppState;
 use cardpool_domain::AppError;
 use cardpool_protocol::{AgentMessage, PROTOCOL_VERSION, ServerMessage};
-use cardpool_service::{Services, entities::hosts as host_rows, hosts, rentals};
+use cardpool_service::{Services, entities::hosts as host_rows, hosts, rentals, telemetry};
 use futures_util::{SinkExt, StreamExt, stream::SplitSink};
 use std::time::Duration;
 
 /// How the gateway paces agents.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone)]
 pub struct GatewayOptions {
     pub heartbeat_interval: Duration,
+    pub metrics: std::sync::Arc<crate::metrics::ServerMetrics>,
 }
 
 /// How long a new connection may take to say hello.
@@ -122,8 +126,26 @@ async fn serve_agent(
         return;
     }
     tracing::info!(host.id = host.id, "agent connected");
+    options.metrics.agents_connected.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    serve_connected(&services, &host, &credential, &options, &mut tx, &mut rx).await;
+    options.metrics.agents_connected.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    if let Err(err) = hosts::record_disconnect(&services, &host).await {
+        tracing::warn!(host.id = host.id, error = %err, "could not record disconnect");
+    }
+    tracing::info!(host.id = host.id, "agent disconnected");
+}
+
+/// The connection after a welcome: commands out, reports in, until either side goes.
+async fn serve_connected(
+    services: &Services,
+    host: &host_rows::Model,
+    credential: &str,
+    options: &GatewayOptions,
+    tx: &mut Sender,
+    rx: &mut futures_util::stream::SplitStream<WebSocket>,
+) {
     let wake = services.signals.subscribe(host.id);
-    if !send_commands(&services, &mut tx, host.id, None).await {
+    if !send_commands(services, tx, host.id, None).await {
         return;
     }
 
@@ -132,7 +154,7 @@ async fn serve_agent(
     loop {
         tokio::select! {
             () = wake.notified() => {
-                if !send_commands(&services, &mut tx, host.id, None).await {
+                if !send_commands(services, tx, host.id, None).await {
                     break;
                 }
             }
@@ -143,18 +165,25 @@ async fn serve_agent(
                     Some(Ok(_)) => continue,
                 };
                 let result = match serde_json::from_str::<AgentMessage>(&text) {
-                    Ok(AgentMessage::Inventory(inventory)) => hosts::record_inventory(&services, &host, &inventory).await,
+                    Ok(AgentMessage::Inventory(inventory)) => hosts::record_inventory(services, host, &inventory).await,
                     Ok(AgentMessage::Heartbeat { rentals: running, .. }) => {
-                        let beat = hosts::record_heartbeat(&services, &host).await;
-                        if beat.is_ok() && !send_commands(&services, &mut tx, host.id, Some(&running)).await {
+                        let beat = hosts::record_heartbeat(services, host).await;
+                        if beat.is_ok() && !send_commands(services, tx, host.id, Some(&running)).await {
                             break;
                         }
                         beat
                     }
                     Ok(AgentMessage::RentalStatus { rental_id, status }) => {
-                        rentals::record_workload_status(&services, host.id, rental_id, &status).await
+                        rentals::record_workload_status(services, host.id, rental_id, &status).await
                     }
-                    Ok(AgentMessage::SelfTest(report)) => hosts::record_self_test(&services, &host, &report).await,
+                    Ok(AgentMessage::SelfTest(report)) => hosts::record_self_test(services, host, &report).await,
+                    Ok(AgentMessage::Telemetry { stream, frames, dropped }) => {
+                        match telemetry::ingest(services, host.id, stream, &frames, dropped).await {
+                            Ok(Some(ack)) if !send(tx, &ack).await => break,
+                            Ok(_) => Ok(()),
+                            Err(err) => Err(err),
+                        }
+                    }
                     Ok(AgentMessage::Hello { .. }) => Err(AppError::invalid_field("type", "hello was already received")),
                     Err(err) => Err(AppError::invalid_field("message", format!("malformed message: {err}"))),
                 };
@@ -167,20 +196,16 @@ async fn serve_agent(
                         AppError::Validation { fields, message } => fields.values().next().cloned().unwrap_or_else(|| message.clone()),
                         other => other.to_string(),
                     };
-                    refuse(&mut tx, reason).await;
+                    refuse(tx, reason).await;
                     break;
                 }
             }
             _ = recheck.tick() => {
-                if hosts::authenticate_host(&services, &credential).await.is_err() {
-                    refuse(&mut tx, "this host's credential was revoked").await;
+                if hosts::authenticate_host(services, credential).await.is_err() {
+                    refuse(tx, "this host's credential was revoked").await;
                     break;
                 }
             }
         }
     }
-    if let Err(err) = hosts::record_disconnect(&services, &host).await {
-        tracing::warn!(host.id = host.id, error = %err, "could not record disconnect");
-    }
-    tracing::info!(host.id = host.id, "agent disconnected");
 }

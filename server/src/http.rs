@@ -26,6 +26,7 @@ pub struct HttpOptions {
     pub heartbeat_interval: std::time::Duration,
     pub trust_forwarded_for: bool,
     pub public_origin: Option<String>,
+    pub metrics_token: Option<String>,
 }
 
 impl HttpOptions {
@@ -35,6 +36,7 @@ impl HttpOptions {
             heartbeat_interval: std::time::Duration::from_secs(config.heartbeat_interval_secs.max(1)),
             trust_forwarded_for: config.trust_forwarded_for,
             public_origin: config.public_url.as_deref().map(|u| u.trim_end_matches('/').to_owned()),
+            metrics_token: config.metrics_token.as_ref().map(|t| t.expose().to_owned()).filter(|t| !t.is_empty()),
         }
     }
 }
@@ -60,11 +62,16 @@ pub fn router(services: Services, leptos_options: LeptosOptions, options: HttpOp
         .with_expiry(Expiry::OnInactivity(idle));
     let state = AppState { leptos_options, services, public_url: options.public_origin.clone() };
     let routes = generate_route_list(App);
-    let gateway = crate::gateway::GatewayOptions { heartbeat_interval: options.heartbeat_interval };
+    let metrics = Arc::new(crate::metrics::ServerMetrics::default());
+    let _ = metrics.started.set(std::time::Instant::now());
+    let gateway =
+        crate::gateway::GatewayOptions { heartbeat_interval: options.heartbeat_interval, metrics: metrics.clone() };
+    let metrics_token = crate::metrics::MetricsToken(options.metrics_token.as_deref().map(Arc::from));
     let options = Arc::new(options);
 
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/metrics", get(crate::metrics::scrape))
         .nest("/api/v1", api::router())
         .route("/agent/v1/connect", get(crate::gateway::connect))
         .route("/stripe/webhook", axum::routing::post(api::payments::stripe_webhook))
@@ -74,6 +81,9 @@ pub fn router(services: Services, leptos_options: LeptosOptions, options: HttpOp
         })
         .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
         .layer(axum::Extension(gateway))
+        .layer(axum::Extension(metrics_token))
+        .layer(axum::middleware::from_fn(crate::metrics::count_requests))
+        .layer(axum::Extension(metrics))
         .layer(sessions)
         .layer(from_fn_with_state(options.clone(), reject_cross_site))
         .layer(from_fn_with_state(options.clone(), client_ip))

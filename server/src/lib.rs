@@ -10,6 +10,7 @@ pub mod demo;
 pub mod gateway;
 pub mod http;
 pub mod local_stripe;
+pub mod metrics;
 pub mod workers;
 
 pub use config::Config;

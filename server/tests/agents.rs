@@ -61,7 +61,7 @@ fn spawn_agent(state: AgentState, spec: &'static str) -> tokio::task::JoinHandle
     tokio::spawn(async move {
         let source = SimulatedSource::new(spec, "test-host", vec![]).unwrap();
         let dir = std::env::temp_dir().join(format!("cardpool-test-rentals-{}-{}", std::process::id(), state.host_id));
-        connection::run(&state, &source, Some("Lab 1".into()), dir, WorkloadMode::Simulate).await
+        connection::run(&state, &source, Some("Lab 1".into()), dir, WorkloadMode::Simulate, Duration::from_secs(1)).await
     })
 }
 
@@ -185,6 +185,7 @@ async fn a_revoked_host_is_disconnected_and_cannot_return(backend: Backend) {
         None,
         std::env::temp_dir().join("cardpool-test-doomed"),
         WorkloadMode::Simulate,
+        Duration::from_secs(1),
     )
     .await;
     assert!(back.unwrap_err().contains("rejected"));

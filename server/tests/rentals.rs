@@ -79,7 +79,7 @@ async fn a_spot_rental_is_preempted_by_on_demand_and_billing_is_exact(backend: B
         let (state, dir) = (state.clone(), rentals_dir.clone());
         tokio::spawn(async move {
             let source = SimulatedSource::new("2xH100-80GB", "rig", vec![]).unwrap();
-            connection::run(&state, &source, None, dir, WorkloadMode::Run).await
+            connection::run(&state, &source, None, dir, WorkloadMode::Run, Duration::from_secs(1)).await
         })
     };
     let owner = accounts::principal_for_email(&app.services, "provider@example.com").await.unwrap();

@@ -13,6 +13,7 @@ use crate::{
     internal,
 };
 use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
+use cardpool_domain::telemetry::AlertKind;
 use cardpool_domain::host::{
     CreatedEnrollmentToken, EnrolledHost, GpuModelPrice, GpuView, HostDetail, HostEvent, HostStatus, HostSummary,
 };
@@ -203,6 +204,7 @@ pub async fn record_heartbeat(services: &Services, host: &hosts::Model) -> AppRe
         == 1;
     if came_online {
         record_event(&txn, host.id, HostStatus::Online, "agent connected", now).await?;
+        crate::alerts::resolve(&txn, AlertKind::HostOffline, host.id, None).await?;
     } else {
         hosts::Entity::update_many()
             .col_expr(hosts::Column::LastHeartbeatAt, Expr::value(now))
@@ -256,6 +258,8 @@ async fn set_offline(services: &Services, host_id: i64, reason: &str) -> AppResu
         == 1;
     if changed {
         record_event(&txn, host_id, HostStatus::Offline, reason, now).await?;
+        crate::alerts::raise(&txn, AlertKind::HostOffline, host_id, None, None, format!("host went offline: {reason}"))
+            .await?;
     }
     txn.commit().await.map_err(internal("committing offline transition"))?;
     if changed {

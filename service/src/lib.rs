@@ -7,6 +7,7 @@
 //! [`auth::Principal`] the adapter passes in, so no adapter can forget it.
 
 pub mod accounts;
+pub mod alerts;
 pub mod api_tokens;
 pub mod auth;
 pub mod db;
@@ -22,6 +23,7 @@ pub mod rentals;
 pub mod session_store;
 pub mod signals;
 pub mod stripe;
+pub mod telemetry;
 #[cfg(feature = "test-support")]
 pub mod testing;
 
@@ -39,6 +41,7 @@ pub struct Settings {
     pub sign_in_limits: rate_limit::SignInLimits,
     pub payments: PaymentSettings,
     pub rentals: RentalSettings,
+    pub alerts: alerts::AlertSettings,
 }
 
 /// Rental tunables.
@@ -89,6 +92,8 @@ pub struct Services {
     pub stripe: Arc<stripe::StripeGateway>,
     /// Wakes agent connections when their rentals change.
     pub signals: Arc<signals::HostSignals>,
+    /// Recent telemetry in memory and the live feed to dashboards.
+    pub telemetry: Arc<telemetry::Hub>,
 }
 
 impl Services {
@@ -103,6 +108,7 @@ impl Services {
             sign_in_limiter: Arc::new(rate_limit::SignInLimiter::new(settings.sign_in_limits)),
             settings: Arc::new(settings),
             signals: Arc::default(),
+            telemetry: Arc::default(),
         })
     }
 }

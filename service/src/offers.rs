@@ -30,14 +30,15 @@ const GIB: i64 = 1 << 30;
 const UPTIME_WINDOW_DAYS: i64 = 7;
 
 /// SQL text with positional parameters in the backend's own syntax.
-struct Sql {
-    backend: DbBackend,
-    text: String,
-    values: Vec<Value>,
+/// Raw SQL with positional parameters in the backend's syntax.
+pub(crate) struct Sql {
+    pub(crate) backend: DbBackend,
+    pub(crate) text: String,
+    pub(crate) values: Vec<Value>,
 }
 
 impl Sql {
-    fn bind(&mut self, value: impl Into<Value>) -> String {
+    pub(crate) fn bind(&mut self, value: impl Into<Value>) -> String {
         self.values.push(value.into());
         match self.backend {
             DbBackend::Postgres => format!("${}", self.values.len()),

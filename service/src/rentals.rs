@@ -46,6 +46,8 @@ pub fn open_end() -> DateTime<Utc> {
 }
 
 const MAX_GPUS: u32 = 64;
+/// How a low-balance notice begins.
+const LOW_BALANCE: &str = "Low balance:";
 const MAX_COMMAND: usize = 4096;
 /// The longest reservation, hours.
 const MAX_RESERVED_HOURS: u32 = 24 * 31;
@@ -367,6 +369,7 @@ pub async fn book_offer(services: &Services, principal: &Principal, request: &Bo
         billed_seconds: Set(0),
         charged_micros: Set(0),
         settled: Set(false),
+        stop_when_idle: Set(request.stop_when_idle),
         created_at: Set(now),
         updated_at: Set(now),
         ..Default::default()
@@ -654,6 +657,19 @@ pub async fn stop_rental(services: &Services, principal: &Principal, rental_id: 
     dto(&services.db, rental).await
 }
 
+/// Tells the renter something on the rental's page (an idle GPU, say), unless a notice that
+/// matters more (preemption, low balance) is showing.
+pub async fn set_notice(services: &Services, rental_id: i64, notice: &str) -> AppResult<()> {
+    rentals::Entity::update_many()
+        .col_expr(rentals::Column::Notice, Expr::value(notice))
+        .filter(rentals::Column::Id.eq(rental_id))
+        .filter(rentals::Column::Notice.is_null())
+        .exec(&services.db)
+        .await
+        .map_err(internal("setting rental notice"))?;
+    Ok(())
+}
+
 /// The rental if `principal` may act on it (its renter, or an admin); else "not found".
 fn owned_by(rental: rentals::Model, principal: &Principal) -> AppResult<rentals::Model> {
     if rental.renter_id == principal.user_id || principal.roles.admin {
@@ -773,10 +789,12 @@ async fn settle_in(
                 let left = balance - charged_now;
                 let warn = cost(rental.price_micros, gpus, 60)
                     * i64::from(services.settings.rentals.low_balance_warning_minutes);
-                if !ran_dry && state == RentalState::Running && left < warn && rental.notice.is_none() {
+                // A low-balance warning replaces a milder notice (an idle GPU), never itself.
+                let warned = rental.notice.as_deref().is_some_and(|n| n.starts_with(LOW_BALANCE));
+                if !ran_dry && state == RentalState::Running && left < warn && !warned {
                     let per_minute = cost(rental.price_micros, gpus, 60).max(1);
                     let text = format!(
-                        "Low balance: ${} left covers about {} more minutes; top up or this rental will be stopped.",
+                        "{LOW_BALANCE} ${} left covers about {} more minutes; top up or this rental will be stopped.",
                         format_dollars(left),
                         left / per_minute
                     );
@@ -1225,6 +1243,7 @@ async fn dto(conn: &impl ConnectionTrait, rental: rentals::Model) -> AppResult<R
         accrued_seconds,
         accrued_micros,
         notice: rental.notice,
+        stop_when_idle: rental.stop_when_idle,
         created_at: rental.created_at,
     })
 }

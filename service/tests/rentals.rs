@@ -43,6 +43,7 @@ fn request(host_id: i64, gpu_count: u32) -> BookOfferRequest {
         bid_micros: None,
         starts_at: None,
         hours: None,
+        stop_when_idle: false,
     }
 }
 

@@ -4,7 +4,8 @@
 pub mod nvml;
 pub mod simulated;
 
-use cardpool_protocol::GpuInfo;
+use crate::supervisor::GpuUse;
+use cardpool_protocol::{GpuInfo, GpuSample};
 
 /// A GPU's health at one moment, as far as the source can tell.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -41,4 +42,7 @@ pub trait GpuSource: Send + Sync {
     fn describe(&self) -> String;
     fn gpus(&self) -> Result<Vec<GpuInfo>, SourceError>;
     fn health(&self) -> Result<Vec<GpuHealth>, SourceError>;
+    /// Every GPU's readings now (telemetry, once a second). `uses` says which rentals run on
+    /// which GPUs: NVML measures for itself; the simulator loads those GPUs.
+    fn sample(&self, uses: &[GpuUse]) -> Result<Vec<GpuSample>, SourceError>;
 }

@@ -1,12 +1,22 @@
 //! Real GPUs through NVML (`libnvidia-ml.so.1`, part of the NVIDIA driver).
+//!
+//! XID errors are events, not readings: the first telemetry sample starts a thread that waits
+//! on an NVML event set and queues each XID for the next sample of its GPU.
 
 use super::{GpuHealth, GpuSource, SourceError};
-use cardpool_protocol::GpuInfo;
+use crate::supervisor::GpuUse;
+use cardpool_protocol::{GpuInfo, GpuProcess, GpuSample};
 use nvml_wrapper::{
     Device, Nvml,
-    bitmasks::device::ThrottleReasons,
-    enum_wrappers::device::{EccCounter, MemoryError, TemperatureSensor, TemperatureThreshold},
+    bitmasks::{device::ThrottleReasons, event::EventTypes},
+    enum_wrappers::device::{Clock, EccCounter, MemoryError, TemperatureSensor, TemperatureThreshold},
+    enums::device::UsedGpuMemory,
     error::NvmlError,
+    enums::event::XidError,
+};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, OnceLock},
 };
 
 /// Default slowdown temperature when the driver does not report one.
@@ -14,15 +24,35 @@ const DEFAULT_SLOWDOWN_C: u32 = 90;
 /// NVLink links a GPU may have (NVML_NVLINK_MAX_LINKS).
 const MAX_NVLINKS: u32 = 18;
 
+/// XID codes seen per GPU index since the last sample.
+type XidQueue = Arc<Mutex<HashMap<u32, Vec<u64>>>>;
+
 pub struct NvmlSource {
-    nvml: Nvml,
+    /// NVML lives as long as the agent; `'static` lets the XID thread borrow it.
+    nvml: &'static Nvml,
+    xids: OnceLock<XidQueue>,
 }
 
 impl NvmlSource {
     /// Loads NVML. Without an NVIDIA driver this fails with a message that says what is
     /// missing and how to run without a GPU.
     pub fn init() -> Result<Self, SourceError> {
-        Nvml::init().map(|nvml| NvmlSource { nvml }).map_err(|err| SourceError(init_error_message(&err)))
+        let nvml = Nvml::init().map_err(|err| SourceError(init_error_message(&err)))?;
+        Ok(NvmlSource { nvml: Box::leak(Box::new(nvml)), xids: OnceLock::new() })
+    }
+
+    /// The queue the XID thread fills, started on first use.
+    fn xid_queue(&self) -> &XidQueue {
+        self.xids.get_or_init(|| {
+            let queue = XidQueue::default();
+            let nvml = self.nvml;
+            let sink = queue.clone();
+            let started = std::thread::Builder::new().name("nvml-xid".into()).spawn(move || watch_xids(nvml, &sink));
+            if let Err(err) = started {
+                eprintln!("cardpool-agent: cannot watch XID errors: {err}");
+            }
+            queue
+        })
     }
 
     fn driver(&self) -> (String, String) {
@@ -110,6 +140,17 @@ impl GpuSource for NvmlSource {
             .collect()
     }
 
+    fn sample(&self, _uses: &[GpuUse]) -> Result<Vec<GpuSample>, SourceError> {
+        let count = self.nvml.device_count().map_err(|e| SourceError(format!("NVML device count: {e}")))?;
+        let mut xids = std::mem::take(&mut *self.xid_queue().lock().unwrap_or_else(|p| p.into_inner()));
+        Ok((0..count)
+            .map(|i| match self.nvml.device_by_index(i) {
+                Ok(device) => sample_of(i, &device, xids.remove(&i).unwrap_or_default()),
+                Err(_) => GpuSample { index: i, ..GpuSample::default() },
+            })
+            .collect())
+    }
+
     fn health(&self) -> Result<Vec<GpuHealth>, SourceError> {
         let count = self.nvml.device_count().map_err(|e| SourceError(format!("NVML device count: {e}")))?;
         Ok((0..count)
@@ -128,6 +169,105 @@ impl GpuSource for NvmlSource {
             })
             .collect())
     }
+}
+
+/// Waits on NVML's XID event set for as long as the agent runs.
+fn watch_xids(nvml: &'static Nvml, sink: &XidQueue) {
+    let Ok(mut set) = nvml.create_event_set() else {
+        eprintln!("cardpool-agent: NVML cannot create an event set; XID errors will not be reported");
+        return;
+    };
+    let count = nvml.device_count().unwrap_or(0);
+    for i in 0..count {
+        let Ok(device) = nvml.device_by_index(i) else { continue };
+        set = match device.register_events(EventTypes::CRITICAL_XID_ERROR, set) {
+            Ok(set) => set,
+            Err(err) => {
+                eprintln!("cardpool-agent: GPU {i} cannot report XID errors: {}", err.error);
+                match nvml.create_event_set() {
+                    Ok(set) => set,
+                    Err(_) => return,
+                }
+            }
+        };
+    }
+    loop {
+        match set.wait(1000) {
+            Ok(event) => {
+                let code = match event.event_data {
+                    Some(XidError::Value(code)) => code,
+                    Some(XidError::Unknown) => 999,
+                    None => continue,
+                };
+                let index = event.device.index().unwrap_or(u32::MAX);
+                sink.lock().unwrap_or_else(|p| p.into_inner()).entry(index).or_default().push(code);
+            }
+            Err(NvmlError::Timeout) => {}
+            Err(err) => {
+                eprintln!("cardpool-agent: stopped watching XID errors: {err}");
+                return;
+            }
+        }
+    }
+}
+
+fn sample_of(index: u32, device: &Device<'_>, xids: Vec<u64>) -> GpuSample {
+    let memory = device.memory_info().ok();
+    let throttle = device.current_throttle_reasons().unwrap_or(ThrottleReasons::empty());
+    let mut processes: Vec<GpuProcess> = device
+        .running_compute_processes()
+        .unwrap_or_default()
+        .into_iter()
+        .chain(device.running_graphics_processes().unwrap_or_default())
+        .map(|p| GpuProcess {
+            pid: p.pid,
+            name: std::fs::read_to_string(format!("/proc/{}/comm", p.pid))
+                .map(|n| n.trim().to_owned())
+                .unwrap_or_else(|_| "?".into()),
+            memory_used_bytes: match p.used_gpu_memory {
+                UsedGpuMemory::Used(bytes) => Some(bytes),
+                UsedGpuMemory::Unavailable => None,
+            },
+        })
+        .collect();
+    processes.sort_by_key(|p| p.pid);
+    processes.dedup_by_key(|p| p.pid);
+    GpuSample {
+        index,
+        uuid: device.uuid().unwrap_or_default(),
+        utilization_pct: device.utilization_rates().ok().map(|u| u.gpu),
+        memory_used_bytes: memory.as_ref().map(|m| m.used),
+        memory_total_bytes: memory.as_ref().map(|m| m.total),
+        temperature_c: device.temperature(TemperatureSensor::Gpu).ok(),
+        slowdown_temperature_c: device.temperature_threshold(TemperatureThreshold::Slowdown).ok(),
+        power_milliwatts: device.power_usage().ok(),
+        power_limit_milliwatts: device.enforced_power_limit().ok(),
+        sm_clock_mhz: device.clock_info(Clock::SM).ok(),
+        memory_clock_mhz: device.clock_info(Clock::Memory).ok(),
+        fan_pct: device.fan_speed(0).ok(),
+        ecc_corrected: device.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile).ok(),
+        ecc_uncorrected: device.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile).ok(),
+        xid_errors: xids,
+        throttle_reasons: throttle_names(throttle),
+        processes,
+    }
+}
+
+fn throttle_names(throttle: ThrottleReasons) -> Vec<String> {
+    [
+        (ThrottleReasons::GPU_IDLE, "idle"),
+        (ThrottleReasons::APPLICATIONS_CLOCKS_SETTING, "application clocks"),
+        (ThrottleReasons::SW_POWER_CAP, "power cap"),
+        (ThrottleReasons::HW_SLOWDOWN, "hardware slowdown"),
+        (ThrottleReasons::SYNC_BOOST, "sync boost"),
+        (ThrottleReasons::SW_THERMAL_SLOWDOWN, "thermal slowdown (software)"),
+        (ThrottleReasons::HW_THERMAL_SLOWDOWN, "thermal slowdown (hardware)"),
+        (ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN, "power brake"),
+    ]
+    .iter()
+    .filter(|(flag, _)| throttle.contains(*flag))
+    .map(|(_, name)| (*name).to_owned())
+    .collect()
 }
 
 fn health_of(index: u32, device: &Device<'_>) -> GpuHealth {

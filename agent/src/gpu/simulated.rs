@@ -3,8 +3,10 @@
 //! `throttle:3`, `offbus:4`) so every failure path can be exercised without hardware.
 
 use super::{GpuHealth, GpuSource, SourceError};
-use cardpool_protocol::GpuInfo;
+use crate::supervisor::GpuUse;
+use cardpool_protocol::{GpuInfo, GpuProcess, GpuSample};
 use sha2::{Digest, Sha256};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Models the simulator knows: (spec name, marketing name, power limit W, MIG, NVLink).
 const CATALOG: &[(&str, &str, u32, bool, bool)] = &[
@@ -68,6 +70,8 @@ pub struct SimulatedSource {
     spec: String,
     gpus: Vec<GpuInfo>,
     faults: Vec<Fault>,
+    /// XID faults are events: reported in the first sample only.
+    xids_reported: std::sync::Arc<AtomicBool>,
 }
 
 impl SimulatedSource {
@@ -114,7 +118,7 @@ impl SimulatedSource {
         if let Some(fault) = faults.iter().find(|f| f.gpu() as usize >= gpus.len()) {
             return Err(format!("fault {fault:?} names a GPU this host does not have ({} GPUs)", gpus.len()));
         }
-        Ok(SimulatedSource { spec: spec.to_owned(), gpus, faults })
+        Ok(SimulatedSource { spec: spec.to_owned(), gpus, faults, xids_reported: Default::default() })
     }
 }
 
@@ -138,6 +142,15 @@ impl GpuSource for SimulatedSource {
 
     fn gpus(&self) -> Result<Vec<GpuInfo>, SourceError> {
         Ok(self.gpus.iter().filter(|g| !self.faults.contains(&Fault::OffBus { gpu: g.index })).cloned().collect())
+    }
+
+    fn sample(&self, uses: &[GpuUse]) -> Result<Vec<GpuSample>, SourceError> {
+        let t_secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or_default();
+        let report_xids = !self.xids_reported.swap(true, Ordering::Relaxed);
+        Ok(self.gpus.iter().map(|gpu| self.sample_gpu(gpu, t_secs, uses, report_xids)).collect())
     }
 
     fn health(&self) -> Result<Vec<GpuHealth>, SourceError> {
@@ -173,6 +186,60 @@ impl GpuSource for SimulatedSource {
                 health
             })
             .collect())
+    }
+}
+
+/// A smooth, repeatable load curve: around `base` percent, swinging with time and GPU.
+fn wave(t_secs: f64, index: u32, base: f64, swing: f64) -> f64 {
+    let phase = f64::from(index) * 0.7;
+    (base + swing * (t_secs / 23.0 + phase).sin() + swing * 0.4 * (t_secs / 5.0 + phase * 2.0).sin()).clamp(0.0, 100.0)
+}
+
+impl SimulatedSource {
+    fn sample_gpu(&self, gpu: &GpuInfo, t_secs: f64, uses: &[GpuUse], report_xids: bool) -> GpuSample {
+        let mut sample = GpuSample { index: gpu.index, uuid: gpu.uuid.clone(), ..GpuSample::default() };
+        let faults: Vec<&Fault> = self.faults.iter().filter(|f| f.gpu() == gpu.index).collect();
+        if faults.contains(&&Fault::OffBus { gpu: gpu.index }) {
+            return sample;
+        }
+        let user = uses.iter().find(|u| u.gpu_indexes.contains(&gpu.index));
+        let util = if user.is_some() { wave(t_secs, gpu.index, 82.0, 12.0) } else { wave(t_secs, gpu.index, 1.0, 1.0) };
+        let limit_mw = gpu.power_limit_milliwatts.unwrap_or(300_000);
+        let total = gpu.memory_total_bytes;
+        let used_fraction = if user.is_some() { 0.55 + util / 400.0 } else { 0.006 };
+        let pcie_card = gpu.nvlink_peers.is_empty() && gpu.mig_enabled.is_none();
+        sample.utilization_pct = Some(util.round() as u32);
+        sample.memory_total_bytes = Some(total);
+        sample.memory_used_bytes = Some((total as f64 * used_fraction) as u64);
+        sample.temperature_c = Some(IDLE_TEMPERATURE_C + gpu.index % 5 + (util * 0.38) as u32);
+        sample.slowdown_temperature_c = Some(SLOWDOWN_C);
+        sample.power_milliwatts = Some((f64::from(limit_mw) * (0.1 + 0.8 * util / 100.0)) as u32);
+        sample.power_limit_milliwatts = Some(limit_mw);
+        sample.sm_clock_mhz = Some(if util > 5.0 { 1980 } else { 345 });
+        sample.memory_clock_mhz = Some(2619);
+        sample.fan_pct = pcie_card.then_some(30 + (util * 0.5) as u32);
+        sample.ecc_corrected = Some(0);
+        sample.ecc_uncorrected = Some(0);
+        if let Some(user) = user {
+            sample.processes.push(GpuProcess {
+                pid: user.pid.unwrap_or(0),
+                name: format!("rental-{}", user.rental_id),
+                memory_used_bytes: sample.memory_used_bytes,
+            });
+        }
+        for fault in faults {
+            match fault {
+                Fault::Xid { code, .. } if report_xids => sample.xid_errors.push(*code),
+                Fault::Xid { .. } | Fault::OffBus { .. } => {}
+                Fault::Ecc { .. } => sample.ecc_uncorrected = Some(1),
+                Fault::Overheat { .. } => {
+                    sample.temperature_c = Some(SLOWDOWN_C + 6);
+                    sample.throttle_reasons.push("thermal slowdown (hardware)".into());
+                }
+                Fault::Throttle { .. } => sample.throttle_reasons.push("power brake".into()),
+            }
+        }
+        sample
     }
 }
 
@@ -213,6 +280,26 @@ mod tests {
         assert!(health[2].temperature_c.unwrap() > health[2].slowdown_temperature_c);
         assert!(!health[3].present);
         assert_eq!(source.gpus().unwrap().len(), 3, "a GPU off the bus is not in the inventory");
+    }
+
+    #[test]
+    fn samples_load_rented_gpus_and_carry_faults_once() {
+        let faults = ["xid:0:79", "ecc:1", "overheat:2", "offbus:3"].map(|f| Fault::parse(f).unwrap()).to_vec();
+        let source = SimulatedSource::new("4xA100-80GB,1xL40S-48GB", "h", faults).unwrap();
+        let uses = [GpuUse { rental_id: 7, gpu_indexes: vec![1, 4], pid: Some(42) }];
+        let first = source.sample(&uses).unwrap();
+        assert_eq!(first.len(), 5);
+        assert_eq!(first[0].xid_errors, vec![79]);
+        assert!(first[4].utilization_pct.unwrap() > 50 && first[0].utilization_pct.unwrap() < 10);
+        assert_eq!(first[4].processes[0].name, "rental-7");
+        assert_eq!(first[4].processes[0].pid, 42);
+        assert!(first[4].fan_pct.is_some() && first[0].fan_pct.is_none(), "only PCIe cards report a fan");
+        assert!(first[4].power_milliwatts.unwrap() > first[0].power_milliwatts.unwrap());
+        assert_eq!(first[1].ecc_uncorrected, Some(1));
+        assert!(first[2].temperature_c.unwrap() > first[2].slowdown_temperature_c.unwrap());
+        assert_eq!(first[3].utilization_pct, None, "off the bus reads nothing");
+        let second = source.sample(&uses).unwrap();
+        assert!(second[0].xid_errors.is_empty(), "an XID is an event, reported once");
     }
 
     proptest! {

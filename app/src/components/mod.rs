@@ -4,3 +4,4 @@ pub mod form;
 pub mod layout;
 pub mod money;
 pub mod session;
+pub mod telemetry;

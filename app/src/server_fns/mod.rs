@@ -9,3 +9,4 @@ pub mod hosts;
 pub mod offers;
 pub mod payments;
 pub mod rentals;
+pub mod telemetry;

@@ -10,6 +10,7 @@ mod hosts;
 mod offers;
 pub(crate) mod payments;
 mod rentals;
+mod telemetry;
 
 use axum::{
     Json, Router,
@@ -55,6 +56,11 @@ pub fn router() -> Router<AppState> {
         .route("/rentals/{id}", get(rentals::get_rental))
         .route("/rentals/{id}/stop", post(rentals::stop_rental))
         .route("/rentals/{id}/bid", put(rentals::change_bid))
+        .route("/telemetry", get(telemetry::get_telemetry))
+        .route("/telemetry/live", get(telemetry::live_telemetry))
+        .route("/fleet", get(telemetry::get_fleet))
+        .route("/alerts", get(telemetry::list_alerts))
+        .route("/alerts/{id}/acknowledge", post(telemetry::acknowledge_alert))
         .route("/wallet", get(payments::get_wallet))
         .route("/wallet/top-ups", post(payments::create_top_up))
         .route("/wallet/top-ups/{id}", get(payments::get_top_up))
@@ -109,10 +115,15 @@ pub fn router() -> Router<AppState> {
         rentals::get_rental,
         rentals::stop_rental,
         rentals::change_bid,
+        telemetry::get_telemetry,
+        telemetry::live_telemetry,
+        telemetry::get_fleet,
+        telemetry::list_alerts,
+        telemetry::acknowledge_alert,
     ),
     components(schemas(ErrorBody)),
     modifiers(&SecuritySchemes),
-    tags((name = "accounts", description = "Sign-up, sign-in and profile"), (name = "tokens", description = "Personal API tokens"), (name = "hosts", description = "Provider hosts and their agents"), (name = "offers", description = "Marketplace search"), (name = "payments", description = "Wallet, top-ups, earnings, payouts and admin credits"), (name = "rentals", description = "Booking and running rentals"))
+    tags((name = "accounts", description = "Sign-up, sign-in and profile"), (name = "tokens", description = "Personal API tokens"), (name = "hosts", description = "Provider hosts and their agents"), (name = "offers", description = "Marketplace search"), (name = "payments", description = "Wallet, top-ups, earnings, payouts and admin credits"), (name = "rentals", description = "Booking and running rentals"), (name = "telemetry", description = "GPU telemetry, live feeds, fleet and alerts"))
 )]
 pub struct ApiDoc;
 

@@ -2,8 +2,10 @@
 //!
 //! They never leave the server: services convert them into `cardpool-domain` DTOs.
 
+pub mod alerts;
 pub mod api_tokens;
 pub mod enrollment_tokens;
+pub mod gpu_rollups;
 pub mod gpus;
 pub mod host_events;
 pub mod host_prices;
@@ -13,11 +15,13 @@ pub mod ledger_postings;
 pub mod ledger_transactions;
 pub mod payout_accounts;
 pub mod payouts;
+pub mod rental_energy;
 pub mod rental_events;
 pub mod rental_gpus;
 pub mod rentals;
 pub mod sessions;
 pub mod spot_prices;
 pub mod stripe_events;
+pub mod telemetry_cursors;
 pub mod top_ups;
 pub mod users;

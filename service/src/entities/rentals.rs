@@ -37,6 +37,8 @@ pub struct Model {
     pub reserved_until: Option<DateTimeUtc>,
     /// Reserved: what was moved into held funds at booking.
     pub prepaid_micros: i64,
+    /// Stop the rental when its GPUs sit idle (the renter opted in at booking).
+    pub stop_when_idle: bool,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -1,0 +1,66 @@
+use cardpool_domain::{
+    AppError,
+    telemetry::{Alert, FleetOverview, TelemetryScope, TelemetryView},
+};
+use leptos::prelude::*;
+
+#[server(prefix = "/rpc", endpoint = "load_telemetry")]
+pub async fn load_telemetry(scope: TelemetryScope) -> Result<TelemetryView, AppError> {
+    crate::ssr::respond(async move {
+        let req = crate::ssr::Request::current().await?;
+        let principal = req.principal().await?;
+        cardpool_service::telemetry::view(&req.services, &principal, scope).await
+    })
+    .await
+}
+
+#[server(prefix = "/rpc", endpoint = "load_fleet")]
+pub async fn load_fleet() -> Result<FleetOverview, AppError> {
+    crate::ssr::respond(async move {
+        let req = crate::ssr::Request::current().await?;
+        let principal = req.principal().await?;
+        cardpool_service::telemetry::fleet(&req.services, &principal).await
+    })
+    .await
+}
+
+#[server(prefix = "/rpc", endpoint = "load_my_hosts")]
+pub async fn load_my_hosts() -> Result<FleetOverview, AppError> {
+    crate::ssr::respond(async move {
+        let req = crate::ssr::Request::current().await?;
+        let principal = req.principal().await?;
+        cardpool_service::telemetry::my_hosts(&req.services, &principal).await
+    })
+    .await
+}
+
+#[server(prefix = "/rpc", endpoint = "list_alerts")]
+pub async fn list_alerts() -> Result<Vec<Alert>, AppError> {
+    crate::ssr::respond(async move {
+        let req = crate::ssr::Request::current().await?;
+        let principal = req.principal().await?;
+        cardpool_service::alerts::list_alerts(&req.services, &principal).await
+    })
+    .await
+}
+
+#[server(prefix = "/rpc", endpoint = "acknowledge_alert")]
+pub async fn acknowledge_alert(id: i64) -> Result<(), AppError> {
+    crate::ssr::respond(async move {
+        let req = crate::ssr::Request::current().await?;
+        let principal = req.principal().await?;
+        cardpool_service::alerts::acknowledge(&req.services, &principal, id).await
+    })
+    .await
+}
+
+/// Energy delivered per rental on the caller's hosts: (rental, host, millijoules).
+#[server(prefix = "/rpc", endpoint = "provider_energy")]
+pub async fn provider_energy() -> Result<Vec<(i64, String, i64)>, AppError> {
+    crate::ssr::respond(async move {
+        let req = crate::ssr::Request::current().await?;
+        let principal = req.principal().await?;
+        cardpool_service::telemetry::provider_energy(&req.services, &principal).await
+    })
+    .await
+}

@@ -1,0 +1,146 @@
+//! `/api/v1/telemetry`, `/api/v1/fleet`, `/api/v1/alerts`: dashboards' data. The live feed is
+//! Server-Sent Events; each event is a `LiveEvent` as JSON, filtered by the caller's grant, which
+//! is re-checked every few seconds (a rental that ends closes its feed with an `end` event).
+
+use super::{ApiError, ApiResult, Caller};
+use axum::{
+    Json,
+    extract::{Path, Query, State, rejection::PathRejection},
+    http::StatusCode,
+    response::sse::{Event, KeepAlive, Sse},
+};
+use cardpool_app::ssr::AppState;
+use cardpool_domain::{
+    AppError,
+    error::ErrorBody,
+    telemetry::{Alert, FleetOverview, LiveEvent, TelemetryScope, TelemetryView},
+};
+use cardpool_service::{Services, alerts, auth::Principal, telemetry};
+use futures_util::Stream;
+use serde::Deserialize;
+use std::{convert::Infallible, time::Duration};
+use tokio::sync::broadcast::error::RecvError;
+
+/// How often a live feed re-checks what its viewer may see.
+const RECHECK: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct ScopeQuery {
+    /// `rental` or `host` (with `id`), `mine` (a provider's hosts) or `fleet` (admins).
+    scope: String,
+    id: Option<i64>,
+}
+
+impl ScopeQuery {
+    fn parse(&self) -> Result<TelemetryScope, ApiError> {
+        Ok(TelemetryScope::parse(&self.scope, self.id)?)
+    }
+}
+
+/// The last hour of a rental's, host's or the fleet's GPUs (minute averages, then the recent
+/// seconds), and energy per GPU for a rental.
+#[utoipa::path(get, path = "/api/v1/telemetry", operation_id = "get_telemetry", tag = "telemetry",
+    security(("bearer" = []), ("session" = [])), params(ScopeQuery),
+    responses((status = 200, body = TelemetryView), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn get_telemetry(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Query(query): Query<ScopeQuery>,
+) -> ApiResult<Json<TelemetryView>> {
+    Ok(Json(telemetry::view(&state.services, &caller, query.parse()?).await?))
+}
+
+/// The live feed (text/event-stream): one `sample` event per host per second with the GPUs the
+/// caller may see; `end` when that stops (the rental ended).
+#[utoipa::path(get, path = "/api/v1/telemetry/live", operation_id = "live_telemetry", tag = "telemetry",
+    security(("bearer" = []), ("session" = [])), params(ScopeQuery),
+    responses((status = 200, description = "Server-Sent Events, each a LiveEvent as JSON", content_type = "text/event-stream"),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, description = "The rental no longer holds GPUs", body = ErrorBody)))]
+pub async fn live_telemetry(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Query(query): Query<ScopeQuery>,
+) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+    let grant = telemetry::grant(&state.services, &caller, query.parse()?).await?;
+    if !grant.live {
+        return Err(ApiError(AppError::conflict("this rental no longer holds GPUs; its history is in /api/v1/telemetry")));
+    }
+    Ok(Sse::new(feed(state.services, caller, grant)).keep_alive(KeepAlive::default()))
+}
+
+struct Feed {
+    services: Services,
+    principal: Principal,
+    grant: telemetry::Grant,
+    rx: tokio::sync::broadcast::Receiver<std::sync::Arc<telemetry::Published>>,
+    recheck: tokio::time::Interval,
+    done: bool,
+}
+
+fn feed(services: Services, principal: Principal, grant: telemetry::Grant) -> impl Stream<Item = Result<Event, Infallible>> {
+    let rx = services.telemetry.subscribe();
+    let mut recheck = tokio::time::interval(RECHECK);
+    recheck.reset();
+    let start = Feed { services, principal, grant, rx, recheck, done: false };
+    futures_util::stream::unfold(start, |mut feed| async move {
+        if feed.done {
+            return None;
+        }
+        loop {
+            tokio::select! {
+                received = feed.rx.recv() => match received {
+                    Ok(published) => {
+                        if let Some(json) = feed.grant.admit(&published) {
+                            return Some((Ok(Event::default().data(json)), feed));
+                        }
+                    }
+                    // A slow reader skips what it missed; the next sample is complete on its own.
+                    Err(RecvError::Lagged(_)) => {}
+                    Err(RecvError::Closed) => return None,
+                },
+                _ = feed.recheck.tick() => {
+                    match telemetry::grant(&feed.services, &feed.principal, feed.grant.scope).await {
+                        Ok(grant) if grant.live => feed.grant = grant,
+                        _ => {
+                            feed.done = true;
+                            let end = LiveEvent::End { reason: "this feed is no longer available (the rental ended?)".into() };
+                            let json = serde_json::to_string(&end).unwrap_or_default();
+                            return Some((Ok(Event::default().data(json)), feed));
+                        }
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// Every host and GPU at a glance, with fleet totals (admins).
+#[utoipa::path(get, path = "/api/v1/fleet", operation_id = "get_fleet", tag = "telemetry",
+    security(("bearer" = []), ("session" = [])),
+    responses((status = 200, body = FleetOverview), (status = 403, body = ErrorBody)))]
+pub async fn get_fleet(State(state): State<AppState>, Caller(caller): Caller) -> ApiResult<Json<FleetOverview>> {
+    Ok(Json(telemetry::fleet(&state.services, &caller).await?))
+}
+
+/// Alerts, newest first: all for admins, a provider's own hosts' otherwise.
+#[utoipa::path(get, path = "/api/v1/alerts", operation_id = "list_alerts", tag = "telemetry",
+    security(("bearer" = []), ("session" = [])),
+    responses((status = 200, body = Vec<Alert>), (status = 401, body = ErrorBody)))]
+pub async fn list_alerts(State(state): State<AppState>, Caller(caller): Caller) -> ApiResult<Json<Vec<Alert>>> {
+    Ok(Json(alerts::list_alerts(&state.services, &caller).await?))
+}
+
+/// Acknowledges an alert (admins).
+#[utoipa::path(post, path = "/api/v1/alerts/{id}/acknowledge", operation_id = "acknowledge_alert", tag = "telemetry",
+    security(("bearer" = []), ("session" = [])),
+    params(("id" = i64, Path, description = "Alert id")),
+    responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn acknowledge_alert(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    id: Result<Path<i64>, PathRejection>,
+) -> ApiResult<StatusCode> {
+    let id = id.map(|Path(id)| id).map_err(|_| ApiError(AppError::invalid_field("id", "not an alert id")))?;
+    alerts::acknowledge(&state.services, &caller, id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

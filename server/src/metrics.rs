@@ -1,0 +1,197 @@
+//! `/metrics` for Prometheus: every connected GPU under dcgm-exporter's metric names and
+//! labels (`gpu`, `UUID`, `device`, `modelName`, `Hostname`, plus `host`, Cardpool's host id),
+//! so stock DCGM Grafana dashboards work, and the server's own counters.
+//!
+//! Protected by a bearer token (`metrics_token`); without one configured the endpoint does not
+//! exist (404), so a default install exposes nothing.
+
+use axum::{
+    Extension,
+    extract::{Request, State},
+    http::{HeaderMap, StatusCode, header},
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+use cardpool_app::ssr::AppState;
+use cardpool_service::telemetry;
+use std::{
+    fmt::Write,
+    sync::{
+        Arc,
+        atomic::{AtomicI64, AtomicU64, Ordering},
+    },
+};
+
+/// Counters the HTTP layer and the gateway keep.
+#[derive(Default)]
+pub struct ServerMetrics {
+    pub requests: AtomicU64,
+    pub agents_connected: AtomicI64,
+    pub started: std::sync::OnceLock<std::time::Instant>,
+}
+
+/// The token, if `/metrics` is on.
+#[derive(Clone)]
+pub struct MetricsToken(pub Option<Arc<str>>);
+
+/// Counts every request.
+pub async fn count_requests(
+    Extension(metrics): Extension<Arc<ServerMetrics>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    metrics.requests.fetch_add(1, Ordering::Relaxed);
+    next.run(req).await
+}
+
+fn authorised(headers: &HeaderMap, token: &str) -> bool {
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default()
+        .trim();
+    // Constant time in the token's length: no early exit on the first differing byte.
+    given.len() == token.len() && given.bytes().zip(token.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+}
+
+/// Escapes a Prometheus label value.
+fn label(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+pub async fn scrape(
+    State(state): State<AppState>,
+    Extension(token): Extension<MetricsToken>,
+    Extension(metrics): Extension<Arc<ServerMetrics>>,
+    headers: HeaderMap,
+) -> Response {
+    let Some(token) = token.0 else { return (StatusCode::NOT_FOUND, "metrics are off: set metrics_token").into_response() };
+    if !authorised(&headers, &token) {
+        return (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], "bearer token required")
+            .into_response();
+    }
+    let services = &state.services;
+    let Ok(snapshot) = telemetry::metrics_snapshot(services).await else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "database unreachable").into_response();
+    };
+    let mut out = String::new();
+    let gauges: [(&str, &str, &str); 13] = [
+        ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
+        ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
+        ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."),
+        ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
+        ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."),
+        ("DCGM_FI_DEV_POWER_MGMT_LIMIT", "gauge", "Power management limit (in W)."),
+        ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz)."),
+        ("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz)."),
+        ("DCGM_FI_DEV_FAN_SPEED", "gauge", "Fan speed (in %)."),
+        ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter", "Total number of single-bit volatile ECC errors."),
+        ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Total number of double-bit volatile ECC errors."),
+        ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
+        ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "gauge", "Number of active clock throttle reasons."),
+    ];
+    let latest = services.telemetry.latest();
+    let mut hosts: Vec<_> = latest.iter().filter(|(id, _)| snapshot.online_hosts.contains(id)).collect();
+    hosts.sort_by_key(|(id, _)| **id);
+    const MIB: u64 = 1024 * 1024;
+    for (name, kind, help) in gauges {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (host_id, frame) in &hosts {
+            for gpu in &frame.gpus {
+                let value: Option<f64> = match name {
+                    "DCGM_FI_DEV_GPU_UTIL" => gpu.utilization_pct.map(f64::from),
+                    "DCGM_FI_DEV_FB_USED" => gpu.memory_used_bytes.map(|b| (b / MIB) as f64),
+                    "DCGM_FI_DEV_FB_FREE" => gpu
+                        .memory_total_bytes
+                        .zip(gpu.memory_used_bytes)
+                        .map(|(t, u)| (t.saturating_sub(u) / MIB) as f64),
+                    "DCGM_FI_DEV_GPU_TEMP" => gpu.temperature_c.map(f64::from),
+                    "DCGM_FI_DEV_POWER_USAGE" => gpu.power_milliwatts.map(|mw| f64::from(mw) / 1000.0),
+                    "DCGM_FI_DEV_POWER_MGMT_LIMIT" => gpu.power_limit_milliwatts.map(|mw| f64::from(mw) / 1000.0),
+                    "DCGM_FI_DEV_SM_CLOCK" => gpu.sm_clock_mhz.map(f64::from),
+                    "DCGM_FI_DEV_MEM_CLOCK" => gpu.memory_clock_mhz.map(f64::from),
+                    "DCGM_FI_DEV_FAN_SPEED" => gpu.fan_pct.map(f64::from),
+                    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL" => gpu.ecc_corrected.map(|v| v as f64),
+                    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL" => gpu.ecc_uncorrected.map(|v| v as f64),
+                    "DCGM_FI_DEV_XID_ERRORS" => Some(gpu.xid_errors.last().copied().unwrap_or(0) as f64),
+                    _ => Some(gpu.throttle_reasons.iter().filter(|r| r.as_str() != "idle").count() as f64),
+                };
+                let Some(value) = value else { continue };
+                let (hostname, model) = snapshot.gpus.get(&(**host_id, gpu.index)).cloned().unwrap_or_default();
+                let _ = writeln!(
+                    out,
+                    "{name}{{gpu=\"{}\",UUID=\"{}\",device=\"nvidia{}\",modelName=\"{}\",Hostname=\"{}\",host=\"{}\"}} {value}",
+                    gpu.index,
+                    label(&gpu.uuid),
+                    gpu.index,
+                    label(&model),
+                    label(&hostname),
+                    host_id
+                );
+            }
+        }
+    }
+    let hub = &services.telemetry;
+    let counters: [(&str, &str, &str, f64); 6] = [
+        ("cardpool_http_requests_total", "counter", "HTTP requests served.", metrics.requests.load(Ordering::Relaxed) as f64),
+        (
+            "cardpool_agents_connected",
+            "gauge",
+            "Agents connected to this server.",
+            metrics.agents_connected.load(Ordering::Relaxed) as f64,
+        ),
+        (
+            "cardpool_telemetry_frames_total",
+            "counter",
+            "Telemetry frames stored (each host's GPUs at one instant).",
+            hub.frames_stored.load(Ordering::Relaxed) as f64,
+        ),
+        (
+            "cardpool_telemetry_samples_total",
+            "counter",
+            "GPU samples stored.",
+            hub.samples_stored.load(Ordering::Relaxed) as f64,
+        ),
+        (
+            "cardpool_telemetry_duplicate_frames_total",
+            "counter",
+            "Replayed telemetry frames recognised and not stored again.",
+            hub.frames_duplicate.load(Ordering::Relaxed) as f64,
+        ),
+        ("cardpool_dashboards_watching", "gauge", "Live dashboard feeds open.", hub.watchers() as f64),
+    ];
+    for (name, kind, help, value) in counters {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+    }
+    if let Some(started) = metrics.started.get() {
+        let uptime = started.elapsed().as_secs_f64();
+        let rate = hub.samples_stored.load(Ordering::Relaxed) as f64 / uptime.max(1.0);
+        let _ = writeln!(
+            out,
+            "# HELP cardpool_telemetry_ingest_rate GPU samples stored per second since start.\n# TYPE cardpool_telemetry_ingest_rate gauge\ncardpool_telemetry_ingest_rate {rate:.3}"
+        );
+    }
+    let _ = writeln!(out, "# HELP cardpool_rentals Rentals by kind and state.\n# TYPE cardpool_rentals gauge");
+    for (kind, state_name, n) in &snapshot.rentals {
+        let _ = writeln!(out, "cardpool_rentals{{kind=\"{}\",state=\"{}\"}} {n}", label(kind), label(state_name));
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    #[test]
+    fn token_must_match_exactly() {
+        let mut headers = HeaderMap::new();
+        assert!(!authorised(&headers, "s3cret"));
+        headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer s3cret"));
+        assert!(authorised(&headers, "s3cret"));
+        assert!(!authorised(&headers, "s3cre"));
+        assert!(!authorised(&headers, "s3creT"));
+        assert_eq!(label("a\"b\\c"), "a\\\"b\\\\c");
+    }
+}
