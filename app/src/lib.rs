@@ -22,6 +22,7 @@ use leptos_router::{
 use pages::{
     account::AccountPage,
     admin::{AdminCreditsPage, AdminUsersPage},
+    fleet::AdminFleetPage,
     api_tokens::ApiTokensPage,
     earnings::EarningsPage,
     home::HomePage,
@@ -78,6 +79,7 @@ pub fn App() -> impl IntoView {
                         <Route path=path!("/sign-in") view=SignInPage />
                         <Route path=path!("/account") view=AccountPage />
                         <Route path=path!("/account/tokens") view=ApiTokensPage />
+                        <Route path=path!("/admin/fleet") view=AdminFleetPage />
                         <Route path=path!("/admin/users") view=AdminUsersPage />
                         <Route path=path!("/admin/credits") view=AdminCreditsPage />
                         <Route path=path!("/wallet") view=WalletPage />

@@ -246,6 +246,23 @@ pub fn GpuCharts(view: TelemetryView) -> impl IntoView {
     }
 }
 
+/// The GPU charts of `scope`, loaded with the page and then live. `reload` changing reloads
+/// them (a rental that starts holding its GPUs gets its live feed).
+#[component]
+pub fn TelemetrySection(#[prop(into)] scope: Signal<TelemetryScope>, #[prop(into, optional)] reload: Signal<bool>) -> impl IntoView {
+    let loaded = Resource::new(move || (scope.get(), reload.get()), |(scope, _)| crate::server_fns::telemetry::load_telemetry(scope));
+    view! {
+        <Suspense fallback=|| view! { <div class="h-40 animate-pulse rounded-2xl bg-slate-100"></div> }>
+            {move || Suspend::new(async move {
+                match loaded.await {
+                    Ok(view) => view! { <GpuCharts view /> }.into_any(),
+                    Err(err) => view! { <p role="alert" class="text-sm text-red-700">{err.to_string()}</p> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
 /// Tailwind background for a utilisation heat-map cell.
 pub fn heat_class(util: Option<f64>) -> &'static str {
     match util {

@@ -17,7 +17,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 
 /// Shows `page` to admins and a refusal to everyone else.
-fn admins_only(me: Me, page: impl IntoView + 'static) -> AnyView {
+pub(crate) fn admins_only(me: Me, page: impl IntoView + 'static) -> AnyView {
     if me.roles.admin {
         view! { <AdminTabs />{page} }.into_any()
     } else {
@@ -35,6 +35,7 @@ fn admins_only(me: Me, page: impl IntoView + 'static) -> AnyView {
 fn AdminTabs() -> impl IntoView {
     view! {
         <nav aria-label="Admin" class="mb-6 flex gap-2 border-b border-slate-200 pb-3">
+            <leptos_router::components::A href="/admin/fleet" attr:class="nav-link">"Fleet"</leptos_router::components::A>
             <leptos_router::components::A href="/admin/users" attr:class="nav-link">"Users"</leptos_router::components::A>
             <leptos_router::components::A href="/admin/credits" attr:class="nav-link">"Credits & refunds"</leptos_router::components::A>
         </nav>

@@ -105,6 +105,7 @@ fn Hosts() -> impl IntoView {
                     </div>
                 })}
             </section>
+            <crate::pages::fleet::MyFleet />
             <section class="card" aria-labelledby="your-hosts">
                 <h2 id="your-hosts" class="text-lg font-semibold text-slate-900">"Your hosts"</h2>
                 <Transition fallback=|| view! { <p class="mt-4 text-slate-500">"Loading hosts…"</p> }>
@@ -182,6 +183,9 @@ fn Host() -> impl IntoView {
                 }
             })}
         </Transition>
+        <div class="mt-6">
+            <crate::components::telemetry::TelemetrySection scope=Signal::derive(move || cardpool_domain::telemetry::TelemetryScope::Host(id())) />
+        </div>
     }
 }
 

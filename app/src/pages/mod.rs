@@ -4,6 +4,7 @@ pub mod account;
 pub mod admin;
 pub mod api_tokens;
 pub mod earnings;
+pub mod fleet;
 pub mod home;
 pub mod hosts;
 pub mod not_found;

@@ -9,6 +9,7 @@ use crate::{
         form::{FormAlert, SubmitButton, field_error, form_error},
         money::{StepChart, dollars},
         session::{RequireSignIn, reload_to},
+        telemetry::TelemetrySection,
     },
     server_fns::{
         offers::get_offer,
@@ -19,6 +20,7 @@ use cardpool_domain::{
     account::Me,
     offers::{OfferDetail, RentalKind},
     rentals::{Rental, RentalDetail, RentalState},
+    telemetry::TelemetryScope,
 };
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -141,6 +143,10 @@ fn RentForm() -> impl IntoView {
                         <p class="text-sm text-red-700" class:hidden=move || env_error.get().is_none()>{move || env_error.get()}</p>
                     </div>
                     {text_field("ssh_public_key", "SSH public key (optional)", "ssh-ed25519 AAAA…", "")}
+                    <label class="flex items-start gap-2 text-sm text-slate-700">
+                        <input type="checkbox" name="form[stop_when_idle]" class="mt-1 h-4 w-4 rounded border-slate-300" />
+                        <span>"Stop automatically when my GPUs sit idle "<span class="text-slate-500">"(under 5 % busy for 30 minutes; otherwise you get a notice)"</span></span>
+                    </label>
                 </fieldset>
                 <FormAlert message=form_error(value) />
                 <SubmitButton label="Book" pending=pending />
@@ -278,6 +284,15 @@ fn RentalView() -> impl IntoView {
             on_cleanup(move || handle.clear());
         }
     }
+    // The charts load once per rental, and again when it starts or stops holding its GPUs.
+    let holding = Memo::new(move |_| {
+        detail.get().and_then(Result::ok).is_some_and(|d| {
+            matches!(
+                d.rental.state,
+                RentalState::Provisioning | RentalState::Running | RentalState::Stopping | RentalState::Preempting
+            )
+        })
+    });
     view! {
         <Transition fallback=|| view! { <div class="h-40 animate-pulse rounded-2xl bg-slate-100"></div> }>
             {move || Suspend::new(async move {
@@ -287,6 +302,9 @@ fn RentalView() -> impl IntoView {
                 }
             })}
         </Transition>
+        <div class="mt-6">
+            <TelemetrySection scope=Signal::derive(move || TelemetryScope::Rental(id())) reload=holding />
+        </div>
     }
 }
 

@@ -1,0 +1,278 @@
+//! Telemetry at the service level, on both backends: frames are stored exactly once whatever
+//! the replays and restarts, rollups and energy add up, nobody sees GPUs they are not entitled
+//! to, and alerts follow the conditions (idle rentals are told or stopped).
+
+use cardpool_domain::{
+    AppError,
+    offers::RentalKind,
+    rentals::{BookOfferRequest, RentalState, Workload},
+    telemetry::{AlertKind, TelemetryScope},
+};
+use cardpool_protocol::{GpuSample, ServerMessage, TelemetryFrame, WorkloadStatus};
+use cardpool_service::{
+    Services, Settings,
+    alerts::{self, AlertSettings},
+    auth::Principal,
+    backend_tests,
+    entities::{gpu_rollups, rental_energy, telemetry_cursors},
+    rentals, telemetry,
+    testing::{self, Backend},
+};
+use sea_orm::EntityTrait;
+
+const T0: i64 = 1_800_000_000_000; // a whole minute, ms
+
+fn frame(sequence: u64, at_ms: i64, gpus: u32, util: u32, power_mw: u32) -> TelemetryFrame {
+    TelemetryFrame {
+        sequence,
+        at_ms,
+        gpus: (0..gpus)
+            .map(|index| GpuSample {
+                index,
+                uuid: format!("GPU-{index}"),
+                utilization_pct: Some(util),
+                memory_used_bytes: Some(1 << 30),
+                memory_total_bytes: Some(80 << 30),
+                temperature_c: Some(50),
+                slowdown_temperature_c: Some(87),
+                power_milliwatts: Some(power_mw),
+                ecc_uncorrected: Some(0),
+                ..GpuSample::default()
+            })
+            .collect(),
+    }
+}
+
+/// Frames `from..=to`, one a second from T0.
+fn frames(from: u64, to: u64, gpus: u32, util: u32, power_mw: u32) -> Vec<TelemetryFrame> {
+    (from..=to).map(|s| frame(s, T0 + (s as i64 - 1) * 1000, gpus, util, power_mw)).collect()
+}
+
+async fn stored_samples(services: &Services, host_id: i64, gpu: i32) -> i64 {
+    gpu_rollups::Entity::find()
+        .all(&services.db)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|r| r.host_id == host_id && r.gpu_index == gpu)
+        .map(|r| i64::from(r.samples))
+        .sum()
+}
+
+backend_tests!(
+    replays_duplicates_and_restarts_store_each_frame_once,
+    energy_counts_only_while_the_rental_runs,
+    grants_show_each_viewer_only_their_gpus,
+    alerts_follow_conditions_and_idle_rentals_are_told_or_stopped,
+);
+
+async fn replays_duplicates_and_restarts_store_each_frame_once(backend: Backend) {
+    let (_db, services) = testing::services(backend, Settings::default()).await;
+    let provider = testing::person(&services, "p@example.com", true, 0).await;
+    let host = testing::listed_host(&services, &provider, "h", 2, 1).await;
+    let stream = 1_000;
+
+    let ack = telemetry::ingest(&services, host, stream, &frames(1, 90, 2, 40, 100_000), 0).await.unwrap();
+    assert_eq!(ack, Some(ServerMessage::TelemetryAck { stream, sequence: 90 }));
+    // The ack was lost: the agent replays 61..=90 with 91..=150 after it.
+    telemetry::ingest(&services, host, stream, &frames(61, 150, 2, 40, 100_000), 0).await.unwrap();
+    // The very same message twice.
+    for _ in 0..2 {
+        let ack = telemetry::ingest(&services, host, stream, &frames(140, 150, 2, 40, 100_000), 0).await.unwrap();
+        assert_eq!(ack, Some(ServerMessage::TelemetryAck { stream, sequence: 150 }), "duplicates are acknowledged");
+    }
+    assert_eq!(stored_samples(&services, host, 0).await, 150);
+    assert_eq!(stored_samples(&services, host, 1).await, 150);
+    let rollups = gpu_rollups::Entity::find().all(&services.db).await.unwrap();
+    let first_minute: Vec<_> = rollups.iter().filter(|r| r.gpu_index == 0 && r.minute.timestamp_millis() == T0).collect();
+    assert_eq!(first_minute.len(), 1);
+    assert_eq!(first_minute[0].samples, 60, "one minute holds 60 one-second frames");
+    assert_eq!(first_minute[0].util_sum, 60 * 40);
+    assert_eq!(first_minute[0].energy_mj, 60 * 100_000, "100 W for 60 s is 6 kJ");
+
+    // The agent restarts: a new, larger stream starts over at 1; an older stream's late frame is ignored.
+    let later: Vec<TelemetryFrame> =
+        (1..=10).map(|s| frame(s, T0 + 200_000 + (s as i64) * 1000, 2, 10, 50_000)).collect();
+    telemetry::ingest(&services, host, stream + 1, &later, 3).await.unwrap();
+    telemetry::ingest(&services, host, stream, &frames(151, 151, 2, 40, 100_000), 0).await.unwrap();
+    assert_eq!(stored_samples(&services, host, 0).await, 160);
+    let cursor = telemetry_cursors::Entity::find_by_id(host).one(&services.db).await.unwrap().unwrap();
+    assert_eq!((cursor.stream, cursor.sequence, cursor.frames, cursor.dropped), (1_001, 10, 160, 3));
+
+    // Malformed batches are refused and change nothing.
+    let mut backwards = frames(11, 12, 2, 10, 50_000);
+    backwards.reverse();
+    let err = telemetry::ingest(&services, host, stream + 1, &backwards, 0).await.unwrap_err();
+    assert!(matches!(err, AppError::Validation { .. }), "{err:?}");
+    let too_wide = vec![frame(11, T0 + 300_000, 65, 10, 1)];
+    assert!(telemetry::ingest(&services, host, stream + 1, &too_wide, 0).await.is_err());
+    assert_eq!(stored_samples(&services, host, 0).await, 160);
+    assert_eq!(telemetry::ingest(&services, host, stream + 1, &[], 0).await.unwrap(), None);
+}
+
+async fn booked(services: &Services, renter: &Principal, host: i64, gpus: u32, stop_when_idle: bool) -> i64 {
+    let request = BookOfferRequest {
+        host_id: host,
+        gpu_model: testing::TEST_GPU_MODEL.into(),
+        gpu_count: gpus,
+        kind: RentalKind::OnDemand,
+        workload: Workload { command: Some("python train.py".into()), ..Workload::default() },
+        bid_micros: None,
+        starts_at: None,
+        hours: None,
+        stop_when_idle,
+    };
+    rentals::book_offer(services, renter, &request).await.unwrap().id
+}
+
+async fn run(services: &Services, host: i64, rental: i64) {
+    for status in [WorkloadStatus::Provisioning, WorkloadStatus::Ready] {
+        rentals::record_workload_status(services, host, rental, &status).await.unwrap();
+    }
+}
+
+/// Frames stamped now, one a second up to now.
+fn now_frames(from: u64, count: u64, gpus: u32, util: u32, power_mw: u32) -> Vec<TelemetryFrame> {
+    let now = chrono::Utc::now().timestamp_millis();
+    (0..count).map(|i| frame(from + i, now - (count - 1 - i) as i64 * 1000, gpus, util, power_mw)).collect()
+}
+
+async fn energy_counts_only_while_the_rental_runs(backend: Backend) {
+    let (_db, services) = testing::services(backend, Settings::default()).await;
+    let provider = testing::person(&services, "p@example.com", true, 0).await;
+    let renter = testing::person(&services, "r@example.com", false, 100).await;
+    let host = testing::listed_host(&services, &provider, "h", 4, 1).await;
+    // Before the rental runs: no energy for anyone.
+    telemetry::ingest(&services, host, 1, &now_frames(1, 5, 4, 90, 300_000), 0).await.unwrap();
+    let rental = booked(&services, &renter, host, 2, false).await;
+    let indexes = rentals::get_rental(&services, &renter, rental).await.unwrap().rental.gpu_indexes;
+    run(&services, host, rental).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    telemetry::ingest(&services, host, 1, &now_frames(6, 1, 4, 90, 300_000), 0).await.unwrap();
+    let energy = rental_energy::Entity::find().all(&services.db).await.unwrap();
+    let mut gpus: Vec<i32> = energy.iter().map(|e| e.gpu_index).collect();
+    gpus.sort_unstable();
+    assert_eq!(gpus, indexes.iter().map(|i| *i as i32).collect::<Vec<_>>(), "only the rental's GPUs");
+    for e in &energy {
+        assert_eq!(e.rental_id, rental);
+        // One frame at 300 W standing for the time since the previous frame (over a second).
+        assert!((300_000..=1_500_000).contains(&e.energy_mj), "{}", e.energy_mj);
+        assert_eq!(e.energy_mj, energy[0].energy_mj, "the same power for the same time");
+    }
+    let view = telemetry::view(&services, &renter, TelemetryScope::Rental(rental)).await.unwrap();
+    assert_eq!(view.energy.len(), 2);
+    let shown = telemetry::provider_energy(&services, &provider).await.unwrap();
+    assert_eq!(shown.len(), 1);
+    assert_eq!(shown[0].2, energy.iter().map(|e| e.energy_mj).sum::<i64>());
+}
+
+async fn grants_show_each_viewer_only_their_gpus(backend: Backend) {
+    let (_db, services) = testing::services(backend, Settings::default()).await;
+    let provider = testing::person(&services, "p@example.com", true, 0).await;
+    let other_provider = testing::person(&services, "q@example.com", true, 0).await;
+    let renter = testing::person(&services, "r@example.com", false, 100).await;
+    let stranger = testing::person(&services, "s@example.com", false, 100).await;
+    let mut admin = testing::person(&services, "a@example.com", false, 0).await;
+    admin.roles.admin = true;
+    let host = testing::listed_host(&services, &provider, "h", 4, 1).await;
+    let other_host = testing::listed_host(&services, &other_provider, "o", 2, 1).await;
+    let rental = booked(&services, &renter, host, 2, false).await;
+    run(&services, host, rental).await;
+    let mine = rentals::get_rental(&services, &renter, rental).await.unwrap().rental.gpu_indexes;
+    telemetry::ingest(&services, host, 1, &now_frames(1, 3, 4, 50, 200_000), 0).await.unwrap();
+    telemetry::ingest(&services, other_host, 1, &now_frames(1, 3, 2, 50, 200_000), 0).await.unwrap();
+
+    let mut feed = services.telemetry.subscribe();
+    telemetry::ingest(&services, host, 1, &now_frames(4, 1, 4, 50, 200_000), 0).await.unwrap();
+    let published = feed.recv().await.unwrap();
+    let grant = telemetry::grant(&services, &renter, TelemetryScope::Rental(rental)).await.unwrap();
+    assert!(grant.live);
+    let seen: cardpool_domain::telemetry::LiveEvent = serde_json::from_str(&grant.admit(&published).unwrap()).unwrap();
+    let cardpool_domain::telemetry::LiveEvent::Sample(sample) = seen else { panic!("a sample") };
+    assert_eq!(sample.gpus.iter().map(|g| g.index).collect::<Vec<_>>(), mine, "the renter sees their GPUs only");
+    let view = telemetry::view(&services, &renter, TelemetryScope::Rental(rental)).await.unwrap();
+    assert!(view.samples.iter().all(|s| s.host_id == host && s.gpus.iter().all(|g| mine.contains(&g.index))));
+    assert!(!view.samples.is_empty());
+
+    // Nobody else gets at the rental or the hosts.
+    for who in [&stranger, &other_provider] {
+        let err = telemetry::grant(&services, who, TelemetryScope::Rental(rental)).await.unwrap_err();
+        assert!(matches!(err, AppError::NotFound(_)), "{err:?}");
+    }
+    for who in [&renter, &stranger, &other_provider] {
+        let err = telemetry::grant(&services, who, TelemetryScope::Host(host)).await.unwrap_err();
+        assert!(matches!(err, AppError::NotFound(_)), "{err:?}");
+        let err = telemetry::grant(&services, who, TelemetryScope::Fleet).await.unwrap_err();
+        assert!(matches!(err, AppError::Forbidden(_)), "{err:?}");
+    }
+    let theirs = telemetry::grant(&services, &other_provider, TelemetryScope::Mine).await.unwrap();
+    assert!(theirs.admit(&published).is_none(), "another provider's Mine excludes this host");
+    let owner = telemetry::grant(&services, &provider, TelemetryScope::Host(host)).await.unwrap();
+    assert_eq!(owner.admit(&published).as_deref(), Some(published.json.as_str()), "the provider sees every GPU");
+    let fleet = telemetry::grant(&services, &admin, TelemetryScope::Fleet).await.unwrap();
+    assert!(fleet.admit(&published).is_some());
+
+    // The rental ends: no live feed, and nothing after its end.
+    rentals::stop_rental(&services, &renter, rental).await.unwrap();
+    rentals::record_workload_status(&services, host, rental, &WorkloadStatus::Detached).await.unwrap();
+    let ended = telemetry::grant(&services, &renter, TelemetryScope::Rental(rental)).await.unwrap();
+    assert!(!ended.live);
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    telemetry::ingest(&services, host, 1, &now_frames(5, 1, 4, 50, 200_000), 0).await.unwrap();
+    let after = feed.recv().await.unwrap();
+    assert!(ended.admit(&after).is_none(), "the next renter's seconds are not the last one's");
+}
+
+async fn alerts_follow_conditions_and_idle_rentals_are_told_or_stopped(backend: Backend) {
+    let settings = Settings { alerts: AlertSettings { idle_util_pct: 5, idle_minutes: 1 }, ..Settings::default() };
+    let (_db, services) = testing::services(backend, settings).await;
+    let provider = testing::person(&services, "p@example.com", true, 0).await;
+    let renter = testing::person(&services, "r@example.com", false, 100).await;
+    let mut admin = testing::person(&services, "a@example.com", false, 0).await;
+    admin.roles.admin = true;
+    let host = testing::listed_host(&services, &provider, "h", 4, 2).await;
+
+    // GPU 0 overheats, GPU 1 raises XID 79, GPU 2 has an uncorrectable ECC error.
+    let mut hot = now_frames(1, 1, 4, 50, 200_000);
+    hot[0].gpus[0].temperature_c = Some(93);
+    hot[0].gpus[1].xid_errors = vec![79];
+    hot[0].gpus[2].ecc_uncorrected = Some(2);
+    telemetry::ingest(&services, host, 1, &hot, 0).await.unwrap();
+    telemetry::ingest(&services, host, 1, &now_frames(2, 1, 4, 50, 200_000), 0).await.unwrap();
+    let listed = alerts::list_alerts(&services, &admin).await.unwrap();
+    let kind_of = |k: AlertKind| listed.iter().filter(|a| a.kind == k).collect::<Vec<_>>();
+    assert_eq!(kind_of(AlertKind::OverTemperature).len(), 1);
+    assert!(kind_of(AlertKind::OverTemperature)[0].resolved_at.is_some(), "cooled down: resolved");
+    assert!(kind_of(AlertKind::UncorrectableEcc)[0].resolved_at.is_some(), "counter back to 0: resolved");
+    let xid = kind_of(AlertKind::XidError);
+    assert_eq!(xid.len(), 1);
+    assert!(xid[0].resolved_at.is_none(), "an XID stays until acknowledged");
+    assert!(xid[0].message.contains("79"));
+    assert_eq!(alerts::list_alerts(&services, &provider).await.unwrap().len(), 3, "the provider sees their own");
+    assert!(alerts::list_alerts(&services, &renter).await.unwrap().is_empty());
+    let err = alerts::acknowledge(&services, &provider, xid[0].id).await.unwrap_err();
+    assert!(matches!(err, AppError::Forbidden(_)));
+    alerts::acknowledge(&services, &admin, xid[0].id).await.unwrap();
+    let again = alerts::list_alerts(&services, &admin).await.unwrap();
+    assert!(again.iter().all(|a| a.resolved_at.is_some()));
+
+    // Two rentals sit idle for over a minute: one is told, the other (opted in) stopped.
+    let told = booked(&services, &renter, host, 2, false).await;
+    let stopped = booked(&services, &renter, host, 2, true).await;
+    run(&services, host, told).await;
+    run(&services, host, stopped).await;
+    let now = chrono::Utc::now().timestamp_millis();
+    let idle: Vec<TelemetryFrame> = (0..4).map(|i| frame(10 + i, now - 90_000 + i as i64 * 30_000, 4, 1, 60_000)).collect();
+    telemetry::ingest(&services, host, 1, &idle, 0).await.unwrap();
+    let told_now = rentals::get_rental(&services, &renter, told).await.unwrap().rental;
+    assert_eq!(told_now.state, RentalState::Running);
+    assert!(told_now.notice.unwrap_or_default().contains("idle"), "the renter is told");
+    let stopped_now = rentals::get_rental(&services, &renter, stopped).await.unwrap().rental;
+    assert_eq!(stopped_now.state, RentalState::Stopping, "opted in: stopped");
+    let idle_alerts = alerts::list_alerts(&services, &admin).await.unwrap();
+    assert_eq!(idle_alerts.iter().filter(|a| a.kind == AlertKind::GpuIdle && a.resolved_at.is_none()).count(), 4);
+    // Busy again: the told rental's idle alerts resolve.
+    telemetry::ingest(&services, host, 1, &now_frames(20, 1, 4, 80, 600_000), 0).await.unwrap();
+    let after = alerts::list_alerts(&services, &admin).await.unwrap();
+    assert!(after.iter().filter(|a| a.kind == AlertKind::GpuIdle).all(|a| a.resolved_at.is_some()));
+}
