@@ -1,0 +1,302 @@
+//! Telemetry end to end, on SQLite and PostgreSQL: a real agent sampling fast (so seconds
+//! stand for minutes) loses its connection for the equivalent of two minutes and every frame
+//! is still stored exactly once; the live feed over HTTP shows a renter only their GPUs;
+//! `/metrics` speaks dcgm-exporter and wants its token.
+
+mod common;
+
+use cardpool_agent::{connection, enrollment, gpu::simulated::SimulatedSource, runtime::WorkloadMode};
+use cardpool_server::{Config, workers};
+use cardpool_service::{
+    Settings, accounts, backend_tests,
+    entities::{gpu_rollups, telemetry_cursors},
+    hosts,
+    ledger::{self, Book},
+    testing::Backend,
+};
+use common::TestApp;
+use reqwest::{Client, StatusCode};
+use sea_orm::EntityTrait;
+use serde_json::{Value, json};
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+use tokio::{net::TcpListener, sync::Mutex, task::JoinHandle};
+
+/// A TCP relay between the agent and the server that the test can cut and restore.
+struct Relay {
+    port: u16,
+    open: Arc<AtomicBool>,
+    links: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl Relay {
+    async fn start(target: String) -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let open = Arc::new(AtomicBool::new(true));
+        let links: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let (accepting, registry) = (open.clone(), links.clone());
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if !accepting.load(Ordering::SeqCst) {
+                    continue; // dropped: the agent sees a refused handshake
+                }
+                let target = target.clone();
+                registry.lock().await.push(tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                }));
+            }
+        });
+        Relay { port, open, links }
+    }
+
+    async fn cut(&self) {
+        self.open.store(false, Ordering::SeqCst);
+        for link in self.links.lock().await.drain(..) {
+            link.abort();
+        }
+    }
+
+    fn restore(&self) {
+        self.open.store(true, Ordering::SeqCst);
+    }
+}
+
+async fn provider_with_host(app: &TestApp, server: &str, name: &str) -> (Client, cardpool_agent::state::AgentState) {
+    let provider = app.browser();
+    app.sign_up(&provider, &format!("{name}@example.com")).await;
+    provider.post(app.url("/api/v1/me/provider")).send().await.unwrap();
+    let token: Value = provider
+        .post(app.url("/api/v1/enrollment-tokens"))
+        .json(&json!({"location": "Lab"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut state = enrollment::enroll(&app.base, token["token"].as_str().unwrap(), name).await.unwrap();
+    state.server = server.to_owned();
+    (provider, state)
+}
+
+async fn cursor(app: &TestApp, host: i64) -> Option<telemetry_cursors::Model> {
+    telemetry_cursors::Entity::find_by_id(host).one(&app.services.db).await.unwrap()
+}
+
+async fn eventually<T>(within: Duration, what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "{what} did not happen within {within:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+backend_tests!(
+    two_minutes_disconnected_then_every_frame_is_stored_once,
+    the_live_feed_shows_a_renter_only_their_gpus_and_metrics_need_the_token,
+);
+
+async fn two_minutes_disconnected_then_every_frame_is_stored_once(backend: Backend) {
+    let config = Config { heartbeat_interval_secs: 1, host_offline_grace_secs: 2, ..Config::default() };
+    let app = TestApp::spawn_configured(backend, Settings::default(), config).await;
+    workers::spawn(&app.services, Duration::from_secs(2), Duration::from_secs(1));
+    let relay = Relay::start(app.base.trim_start_matches("http://").to_owned()).await;
+    let (_provider, state) = provider_with_host(&app, &format!("http://127.0.0.1:{}", relay.port), "rig").await;
+    let host = state.host_id;
+    // 20 ms a frame: 120 frames (two minutes at 1 Hz) pass in 2.4 s.
+    let agent = tokio::spawn(async move {
+        let source = SimulatedSource::new("8xH100-80GB", "rig", vec![]).unwrap();
+        let dir = std::env::temp_dir().join(format!("cardpool-telemetry-{}-{host}", std::process::id()));
+        connection::run(&state, &source, None, dir, WorkloadMode::Simulate, Duration::from_millis(20)).await
+    });
+    let before = eventually(Duration::from_secs(10), "telemetry arriving", async || {
+        cursor(&app, host).await.filter(|c| c.frames >= 20)
+    })
+    .await;
+
+    relay.cut().await;
+    tokio::time::sleep(Duration::from_millis(2600)).await;
+    let during = cursor(&app, host).await.unwrap();
+    relay.restore();
+    let owner = accounts::principal_for_email(&app.services, "rig@example.com").await.unwrap();
+    let offline = hosts::get_host(&app.services, &owner, host).await.unwrap().host.status;
+    assert_eq!(offline.as_str(), "offline", "the outage was real");
+
+    // Reconnected: the replay catches up well past what was sampled during the outage.
+    let after = eventually(Duration::from_secs(20), "the replay", async || {
+        cursor(&app, host).await.filter(|c| c.sequence >= during.sequence + 200)
+    })
+    .await;
+    agent.abort();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let last = cursor(&app, host).await.unwrap();
+    assert!(during.sequence - before.sequence < 200, "little was stored while cut off");
+    assert_eq!(last.dropped, 0, "the buffer held the outage");
+    assert_eq!(last.stream, after.stream, "one agent process");
+    assert_eq!(last.frames, last.sequence, "frames 1..=n all stored, none twice: {last:?}");
+    let rollups = gpu_rollups::Entity::find().all(&app.services.db).await.unwrap();
+    for gpu in 0..8 {
+        let samples: i64 =
+            rollups.iter().filter(|r| r.host_id == host && r.gpu_index == gpu).map(|r| i64::from(r.samples)).sum();
+        assert_eq!(samples, last.sequence, "GPU {gpu}: every frame once");
+    }
+    let duplicates = app.services.telemetry.frames_duplicate.load(Ordering::Relaxed);
+    eprintln!("stored {} frames; {duplicates} replayed duplicates ignored", last.frames);
+}
+
+/// Reads the SSE stream until `count` data events arrive or the stream ends.
+async fn events(mut response: reqwest::Response, count: usize) -> Vec<Value> {
+    let mut text = String::new();
+    let mut out = Vec::new();
+    while out.len() < count {
+        let Some(chunk) = tokio::time::timeout(Duration::from_secs(10), response.chunk()).await.expect("an event").unwrap()
+        else {
+            break;
+        };
+        text.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = text.find("\n\n") {
+            let event: String = text.drain(..end + 2).collect();
+            for line in event.lines() {
+                if let Some(data) = line.strip_prefix("data: ") {
+                    out.push(serde_json::from_str(data).unwrap());
+                }
+            }
+        }
+    }
+    out
+}
+
+async fn the_live_feed_shows_a_renter_only_their_gpus_and_metrics_need_the_token(backend: Backend) {
+    let config = Config {
+        heartbeat_interval_secs: 1,
+        host_offline_grace_secs: 5,
+        metrics_token: Some(cardpool_server::config::Secret::new("scrape-me")),
+        ..Config::default()
+    };
+    let app = TestApp::spawn_configured(backend, Settings::default(), config).await;
+    workers::spawn(&app.services, Duration::from_secs(5), Duration::from_secs(1));
+    let (provider, state) = provider_with_host(&app, &app.base, "rig").await;
+    let host = state.host_id;
+    let agent = tokio::spawn(async move {
+        let source = SimulatedSource::new("4xH100-80GB", "rig", vec![]).unwrap();
+        let dir = std::env::temp_dir().join(format!("cardpool-telemetry-feed-{}-{host}", std::process::id()));
+        connection::run(&state, &source, None, dir, WorkloadMode::Simulate, Duration::from_millis(200)).await
+    });
+    let owner = accounts::principal_for_email(&app.services, "rig@example.com").await.unwrap();
+    eventually(Duration::from_secs(10), "inventory", async || {
+        (hosts::get_host(&app.services, &owner, host).await.unwrap().gpus.len() == 4).then_some(())
+    })
+    .await;
+    let price = cardpool_domain::host::GpuModelPrice {
+        gpu_model: "NVIDIA H100 80GB HBM3".into(),
+        on_demand_micros: 3_600_000,
+        reserved_micros: 3_000_000,
+        spot_min_bid_micros: 1_000_000,
+    };
+    hosts::update_host_pricing(&app.services, &owner, host, &price).await.unwrap();
+    hosts::set_host_listed(&app.services, &owner, host, true).await.unwrap();
+
+    let renter = app.browser();
+    app.sign_up(&renter, "renter@example.com").await;
+    let renter_id = accounts::principal_for_email(&app.services, "renter@example.com").await.unwrap().user_id;
+    let txn = cardpool_service::db::begin_write(&app.services.db).await.unwrap();
+    let entry = ledger::Entry::new("credit", "seed:renter", "seed").transfer(
+        Book::PromotionalCredit,
+        Book::Wallet(renter_id),
+        50_000_000,
+    );
+    ledger::post(&txn, entry).await.unwrap();
+    txn.commit().await.unwrap();
+    let res = renter
+        .post(app.url("/api/v1/rentals"))
+        .json(&json!({"host_id": host, "gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 2, "workload": {"command": "train"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::CREATED);
+    let rental: Value = res.json().await.unwrap();
+    let id = rental["id"].as_i64().unwrap();
+    let mine: Vec<u64> = rental["gpu_indexes"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+    eventually(Duration::from_secs(10), "running", async || {
+        let r: Value = renter.get(app.url(&format!("/api/v1/rentals/{id}"))).send().await.unwrap().json().await.unwrap();
+        (r["rental"]["state"] == "running").then_some(())
+    })
+    .await;
+
+    let feed = renter.get(app.url(&format!("/api/v1/telemetry/live?scope=rental&id={id}"))).send().await.unwrap();
+    assert_eq!(feed.status(), StatusCode::OK);
+    assert_eq!(feed.headers()["content-type"], "text/event-stream");
+    for event in events(feed, 3).await {
+        assert_eq!(event["type"], "sample");
+        let seen: Vec<u64> = event["gpus"].as_array().unwrap().iter().map(|g| g["index"].as_u64().unwrap()).collect();
+        assert_eq!(seen, mine, "only the rental's GPUs: {event}");
+        // The rented GPUs are busy in the simulator.
+        assert!(event["gpus"][0]["util_pct"].as_f64().unwrap() > 50.0, "{event}");
+    }
+    let whole_host = provider.get(app.url(&format!("/api/v1/telemetry/live?scope=host&id={host}"))).send().await.unwrap();
+    let event = &events(whole_host, 1).await[0];
+    assert_eq!(event["gpus"].as_array().unwrap().len(), 4, "the provider sees the whole host");
+
+    // Everyone else: not found, forbidden, or not signed in.
+    let stranger = app.browser();
+    app.sign_up(&stranger, "stranger@example.com").await;
+    for (client, url, status) in [
+        (&stranger, format!("/api/v1/telemetry/live?scope=rental&id={id}"), StatusCode::NOT_FOUND),
+        (&renter, format!("/api/v1/telemetry/live?scope=host&id={host}"), StatusCode::NOT_FOUND),
+        (&renter, "/api/v1/telemetry/live?scope=fleet".to_owned(), StatusCode::FORBIDDEN),
+        (&app.browser(), format!("/api/v1/telemetry/live?scope=rental&id={id}"), StatusCode::UNAUTHORIZED),
+        (&renter, "/api/v1/telemetry/live?scope=everything".to_owned(), StatusCode::UNPROCESSABLE_ENTITY),
+    ] {
+        assert_eq!(client.get(app.url(&url)).send().await.unwrap().status(), status, "{url}");
+    }
+    let history: Value =
+        renter.get(app.url(&format!("/api/v1/telemetry?scope=rental&id={id}"))).send().await.unwrap().json().await.unwrap();
+    assert!(history["live"].as_bool().unwrap());
+    assert!(!history["samples"].as_array().unwrap().is_empty());
+
+    // /metrics: no token, wrong token, then the dcgm-exporter names and labels.
+    let plain = Client::new();
+    assert_eq!(plain.get(app.url("/metrics")).send().await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    let wrong = plain.get(app.url("/metrics")).bearer_auth("nope").send().await.unwrap();
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    let metrics = plain.get(app.url("/metrics")).bearer_auth("scrape-me").send().await.unwrap().text().await.unwrap();
+    let util_lines: Vec<&str> = metrics.lines().filter(|l| l.starts_with("DCGM_FI_DEV_GPU_UTIL{")).collect();
+    assert_eq!(util_lines.len(), 4, "{metrics}");
+    assert!(util_lines[0].contains("gpu=\"0\"") && util_lines[0].contains("UUID=\"GPU-"), "{metrics}");
+    assert!(util_lines[0].contains("modelName=\"NVIDIA H100 80GB HBM3\"") && util_lines[0].contains("Hostname=\"rig\""));
+    for name in ["DCGM_FI_DEV_FB_USED{", "DCGM_FI_DEV_GPU_TEMP{", "DCGM_FI_DEV_POWER_USAGE{", "cardpool_agents_connected 1"] {
+        assert!(metrics.contains(name), "{name} missing: {metrics}");
+    }
+    assert!(metrics.contains("cardpool_rentals{kind=\"on_demand\",state=\"running\"} 1"), "{metrics}");
+
+    // The rental ends: its feed closes with an `end` event, and a new feed is refused.
+    let feed = renter.get(app.url(&format!("/api/v1/telemetry/live?scope=rental&id={id}"))).send().await.unwrap();
+    renter.post(app.url(&format!("/api/v1/rentals/{id}/stop"))).send().await.unwrap();
+    eventually(Duration::from_secs(10), "ended", async || {
+        let r: Value = renter.get(app.url(&format!("/api/v1/rentals/{id}"))).send().await.unwrap().json().await.unwrap();
+        (r["rental"]["state"] == "ended").then_some(())
+    })
+    .await;
+    let mut ended = false;
+    for event in events(feed, 1000).await {
+        if event["type"] == "end" {
+            ended = true;
+            break;
+        }
+    }
+    assert!(ended, "the feed ends within its re-check");
+    let refused = renter.get(app.url(&format!("/api/v1/telemetry/live?scope=rental&id={id}"))).send().await.unwrap();
+    assert_eq!(refused.status(), StatusCode::CONFLICT);
+    agent.abort();
+}
