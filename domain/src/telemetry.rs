@@ -73,6 +73,15 @@ pub struct GpuEnergy {
     pub energy_mj: i64,
 }
 
+/// Energy a provider's host delivered to one rental, all its GPUs together.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DeliveredEnergy {
+    pub rental_id: i64,
+    pub hostname: String,
+    pub energy_mj: i64,
+}
+
 /// Watt-hours, for display.
 pub fn watt_hours(energy_mj: i64) -> f64 {
     energy_mj as f64 / 3_600_000.0

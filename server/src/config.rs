@@ -174,9 +174,10 @@ impl Config {
                 preemption_notice_secs: self.preemption_notice_secs,
                 low_balance_warning_minutes: self.low_balance_warning_minutes,
             },
-            alerts: cardpool_service::alerts::AlertSettings {
+            telemetry: cardpool_service::telemetry::TelemetrySettings {
                 idle_util_pct: self.idle_gpu_util_pct,
                 idle_minutes: self.idle_gpu_minutes.max(1),
+                retention_days: self.telemetry_retention_days.max(1),
             },
         }
     }

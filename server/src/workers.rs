@@ -1,12 +1,12 @@
 //! Background work the server runs beside the HTTP stack.
 
-use cardpool_service::{Services, hosts, ledger, payouts, rentals, session_store::DbSessionStore};
+use cardpool_service::{Services, hosts, ledger, payouts, rentals, session_store::DbSessionStore, telemetry};
 use std::time::Duration;
 use tower_sessions::ExpiredDeletion;
 
 /// Starts the background workers: the host liveness reaper, rental billing and schedules
 /// (reservation windows, scheduled preemptions), expired-session cleanup, the retry of payouts
-/// Stripe has not confirmed, and an hourly audit of the ledger.
+/// Stripe has not confirmed, the telemetry retention policy, and an hourly audit of the ledger.
 pub fn spawn(services: &Services, offline_grace: Duration, billing_interval: Duration) {
     let biller = services.clone();
     tokio::spawn(async move {
@@ -62,6 +62,19 @@ pub fn spawn(services: &Services, offline_grace: Duration, billing_interval: Dur
                 Ok(0) => {}
                 Ok(n) => tracing::info!(settled = n, "pending payouts settled"),
                 Err(err) => tracing::warn!(error = %err, "payout retry failed; will retry"),
+            }
+        }
+    });
+
+    let retention = services.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(3600));
+        loop {
+            every.tick().await;
+            match telemetry::apply_retention(&retention).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(deleted = n, "old telemetry rollups deleted"),
+                Err(err) => tracing::warn!(error = %err, "telemetry retention failed; will retry"),
             }
         }
     });

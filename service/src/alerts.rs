@@ -31,21 +31,6 @@ use std::{
 /// Temperature that raises an alert when a GPU does not report its own slowdown point.
 const DEFAULT_HOT_C: u32 = 85;
 
-/// Telemetry alert tunables.
-#[derive(Debug, Clone)]
-pub struct AlertSettings {
-    /// A rented GPU below this utilisation counts as idle.
-    pub idle_util_pct: u32,
-    /// Idle this long raises the alert (and stops rentals that asked for it).
-    pub idle_minutes: u32,
-}
-
-impl Default for AlertSettings {
-    fn default() -> Self {
-        AlertSettings { idle_util_pct: 5, idle_minutes: 30 }
-    }
-}
-
 /// A GPU held by a rental right now, as telemetry sees it.
 #[derive(Debug, Clone)]
 pub struct LiveRental {
@@ -138,7 +123,7 @@ pub(crate) async fn observe(
     frames: &[&TelemetryFrame],
     rentals_here: &[LiveRental],
 ) -> AppResult<()> {
-    let settings = &services.settings.alerts;
+    let settings = &services.settings.telemetry;
     let memory = &services.telemetry.alerts;
     let needs_load = !memory.inner.lock().unwrap_or_else(|p| p.into_inner()).loaded.contains(&host_id);
     if needs_load {

@@ -41,7 +41,7 @@ pub struct Settings {
     pub sign_in_limits: rate_limit::SignInLimits,
     pub payments: PaymentSettings,
     pub rentals: RentalSettings,
-    pub alerts: alerts::AlertSettings,
+    pub telemetry: telemetry::TelemetrySettings,
 }
 
 /// Rental tunables.

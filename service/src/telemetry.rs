@@ -27,7 +27,7 @@ use crate::{
 use cardpool_domain::{
     host::HostStatus,
     rentals::RentalState,
-    telemetry::{FleetGpu, FleetHost, FleetOverview, GpuEnergy, GpuReading, HostSample, LiveEvent, TelemetryScope, TelemetryView},
+    telemetry::{DeliveredEnergy, FleetGpu, FleetHost, FleetOverview, GpuEnergy, GpuReading, HostSample, LiveEvent, TelemetryScope, TelemetryView},
 };
 use cardpool_protocol::{GpuSample, ServerMessage, TelemetryFrame};
 use chrono::{DateTime, Duration, DurationRound, TimeZone, Utc};
@@ -54,6 +54,23 @@ const MAX_FRAME_GAP_MS: i64 = 5_000;
 const DEFAULT_FRAME_MS: i64 = 1_000;
 /// History dashboards show by default.
 pub const HISTORY_MINUTES: i64 = 60;
+
+/// Telemetry tunables.
+#[derive(Debug, Clone)]
+pub struct TelemetrySettings {
+    /// A rented GPU below this utilisation counts as idle.
+    pub idle_util_pct: u32,
+    /// Idle this long raises the alert (and stops rentals that asked for it).
+    pub idle_minutes: u32,
+    /// Days of one-minute rollups kept.
+    pub retention_days: u32,
+}
+
+impl Default for TelemetrySettings {
+    fn default() -> Self {
+        TelemetrySettings { idle_util_pct: 5, idle_minutes: 30, retention_days: 30 }
+    }
+}
 
 /// One host's frame as dashboards receive it, with its JSON ready for feeds that may see all
 /// of the host's GPUs (serialised once however many dashboards watch).
@@ -607,7 +624,7 @@ pub async fn rental_energy(services: &Services, rental_id: i64) -> AppResult<Vec
 }
 
 /// Energy delivered on a provider's hosts per rental, newest rentals first (earnings view).
-pub async fn provider_energy(services: &Services, principal: &Principal) -> AppResult<Vec<(i64, String, i64)>> {
+pub async fn provider_energy(services: &Services, principal: &Principal) -> AppResult<Vec<DeliveredEnergy>> {
     #[derive(FromQueryResult)]
     struct Row {
         rental_id: i64,
@@ -626,7 +643,10 @@ pub async fn provider_energy(services: &Services, principal: &Principal) -> AppR
         .all(&services.db)
         .await
         .map_err(internal("loading provider energy"))?;
-    Ok(rows.into_iter().map(|r| (r.rental_id, r.hostname, r.energy_mj)).collect())
+    Ok(rows
+        .into_iter()
+        .map(|r| DeliveredEnergy { rental_id: r.rental_id, hostname: r.hostname, energy_mj: r.energy_mj })
+        .collect())
 }
 
 /// Every host and GPU at a glance, with fleet totals (admins).
@@ -725,9 +745,10 @@ async fn overview(services: &Services, provider: Option<i64>) -> AppResult<Fleet
     Ok(overview)
 }
 
-/// Deletes rollups older than `keep_days`. Returns how many rows went.
-pub async fn apply_retention(services: &Services, keep_days: u32) -> AppResult<u64> {
-    let cutoff = Utc::now() - Duration::days(i64::from(keep_days.max(1)));
+/// Deletes rollups older than the retention period. Returns how many rows went.
+pub async fn apply_retention(services: &Services) -> AppResult<u64> {
+    let keep_days = services.settings.telemetry.retention_days.max(1);
+    let cutoff = Utc::now() - Duration::days(i64::from(keep_days));
     Ok(gpu_rollups::Entity::delete_many()
         .filter(gpu_rollups::Column::Minute.lt(cutoff))
         .exec(&services.db)

@@ -11,7 +11,7 @@ use cardpool_domain::{
 use cardpool_protocol::{GpuSample, ServerMessage, TelemetryFrame, WorkloadStatus};
 use cardpool_service::{
     Services, Settings,
-    alerts::{self, AlertSettings},
+    alerts,
     auth::Principal,
     backend_tests,
     entities::{gpu_rollups, rental_energy, telemetry_cursors},
@@ -108,6 +108,13 @@ async fn replays_duplicates_and_restarts_store_each_frame_once(backend: Backend)
     assert!(telemetry::ingest(&services, host, stream + 1, &too_wide, 0).await.is_err());
     assert_eq!(stored_samples(&services, host, 0).await, 160);
     assert_eq!(telemetry::ingest(&services, host, stream + 1, &[], 0).await.unwrap(), None);
+
+    // Retention (30 days by default): a minute from 40 days ago goes, the rest stays.
+    let old = chrono::Utc::now().timestamp_millis() - 40 * 24 * 3600 * 1000;
+    telemetry::ingest(&services, host, stream + 2, &[frame(1, old, 2, 10, 1)], 0).await.unwrap();
+    assert_eq!(stored_samples(&services, host, 0).await, 161);
+    assert_eq!(telemetry::apply_retention(&services).await.unwrap(), 2, "one old minute of two GPUs");
+    assert_eq!(stored_samples(&services, host, 0).await, 160);
 }
 
 async fn booked(services: &Services, renter: &Principal, host: i64, gpus: u32, stop_when_idle: bool) -> i64 {
@@ -163,7 +170,8 @@ async fn energy_counts_only_while_the_rental_runs(backend: Backend) {
     assert_eq!(view.energy.len(), 2);
     let shown = telemetry::provider_energy(&services, &provider).await.unwrap();
     assert_eq!(shown.len(), 1);
-    assert_eq!(shown[0].2, energy.iter().map(|e| e.energy_mj).sum::<i64>());
+    assert_eq!((shown[0].rental_id, shown[0].hostname.as_str()), (rental, "h"));
+    assert_eq!(shown[0].energy_mj, energy.iter().map(|e| e.energy_mj).sum::<i64>());
 }
 
 async fn grants_show_each_viewer_only_their_gpus(backend: Backend) {
@@ -224,7 +232,10 @@ async fn grants_show_each_viewer_only_their_gpus(backend: Backend) {
 }
 
 async fn alerts_follow_conditions_and_idle_rentals_are_told_or_stopped(backend: Backend) {
-    let settings = Settings { alerts: AlertSettings { idle_util_pct: 5, idle_minutes: 1 }, ..Settings::default() };
+    let settings = Settings {
+        telemetry: telemetry::TelemetrySettings { idle_minutes: 1, ..Default::default() },
+        ..Settings::default()
+    };
     let (_db, services) = testing::services(backend, settings).await;
     let provider = testing::person(&services, "p@example.com", true, 0).await;
     let renter = testing::person(&services, "r@example.com", false, 100).await;

@@ -246,20 +246,21 @@ pub fn GpuCharts(view: TelemetryView) -> impl IntoView {
     }
 }
 
-/// The GPU charts of `scope`, loaded with the page and then live. `reload` changing reloads
-/// them (a rental that starts holding its GPUs gets its live feed).
+/// The GPU charts of `scope`, loaded once the page is hydrated and then live. `reload`
+/// changing reloads them (a rental that starts holding its GPUs gets its live feed).
+///
+/// Loaded in the browser rather than rendered by the server: the readings change every second,
+/// so a server-rendered chart would race hydration (and lose) whenever the stream is slow.
 #[component]
-pub fn TelemetrySection(#[prop(into)] scope: Signal<TelemetryScope>, #[prop(into, optional)] reload: Signal<bool>) -> impl IntoView {
-    let loaded = Resource::new(move || (scope.get(), reload.get()), |(scope, _)| crate::server_fns::telemetry::load_telemetry(scope));
-    view! {
-        <Suspense fallback=|| view! { <div class="h-40 animate-pulse rounded-2xl bg-slate-100"></div> }>
-            {move || Suspend::new(async move {
-                match loaded.await {
-                    Ok(view) => view! { <GpuCharts view /> }.into_any(),
-                    Err(err) => view! { <p role="alert" class="text-sm text-red-700">{err.to_string()}</p> }.into_any(),
-                }
-            })}
-        </Suspense>
+pub fn TelemetrySection(#[prop(into)] scope: Signal<TelemetryScope>, #[prop(into, optional)] reload: Signal<u32>) -> impl IntoView {
+    let loaded = LocalResource::new(move || {
+        reload.track();
+        crate::server_fns::telemetry::load_telemetry(scope.get())
+    });
+    move || match loaded.get() {
+        None => view! { <div class="h-40 animate-pulse rounded-2xl bg-slate-100" aria-label="Loading GPU telemetry"></div> }.into_any(),
+        Some(Ok(view)) => view! { <GpuCharts view /> }.into_any(),
+        Some(Err(err)) => view! { <p role="alert" class="text-sm text-red-700">{err.to_string()}</p> }.into_any(),
     }
 }
 

@@ -16,10 +16,11 @@ use cardpool_domain::account::{Me, UserSummary};
 use leptos::prelude::*;
 use leptos_meta::Title;
 
-/// Shows `page` to admins and a refusal to everyone else.
-pub(crate) fn admins_only(me: Me, page: impl IntoView + 'static) -> AnyView {
+/// Shows `page` to admins and a refusal to everyone else. `page` is only built for admins, so
+/// nobody else's browser asks for its data.
+pub(crate) fn admins_only<V: IntoView + 'static>(me: Me, page: impl FnOnce() -> V) -> AnyView {
     if me.roles.admin {
-        view! { <AdminTabs />{page} }.into_any()
+        view! { <AdminTabs />{page()} }.into_any()
     } else {
         view! {
             <div class="card mx-auto max-w-md text-center" role="alert">
@@ -46,7 +47,7 @@ fn AdminTabs() -> impl IntoView {
 pub fn AdminUsersPage() -> impl IntoView {
     view! {
         <Title text="Users · Admin" />
-        <RequireSignIn children=|me: Me| admins_only(me, view! { <AdminUsers /> }) />
+        <RequireSignIn children=|me: Me| admins_only(me, || view! { <AdminUsers /> }) />
     }
 }
 
@@ -54,7 +55,7 @@ pub fn AdminUsersPage() -> impl IntoView {
 pub fn AdminCreditsPage() -> impl IntoView {
     view! {
         <Title text="Credits · Admin" />
-        <RequireSignIn children=|me: Me| admins_only(me, view! { <AdminCredits /> }) />
+        <RequireSignIn children=|me: Me| admins_only(me, || view! { <AdminCredits /> }) />
     }
 }
 

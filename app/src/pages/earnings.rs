@@ -7,11 +7,15 @@ use crate::{
         money::{LedgerHistory, Stat, dollars},
         session::{RequireSignIn, reload_to},
     },
-    server_fns::payments::{CreateOnboardingLink, RequestPayout, get_earnings, list_earnings_entries},
+    server_fns::{
+        payments::{CreateOnboardingLink, RequestPayout, get_earnings, list_earnings_entries},
+        telemetry::provider_energy,
+    },
 };
 use cardpool_domain::{
     account::Me,
     payments::{ConnectState, Earnings, PayoutStatus},
+    telemetry::{DeliveredEnergy, watt_hours},
 };
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -47,6 +51,7 @@ fn EarningsView() -> impl IntoView {
     });
     let earnings = Resource::new(move || payout.version().get(), |_| get_earnings());
     let entries = Resource::new(move || payout.version().get(), |_| list_earnings_entries());
+    let energy = Resource::new(|| (), |_| provider_energy());
     view! {
         <div class="space-y-6">
             <div>
@@ -72,6 +77,47 @@ fn EarningsView() -> impl IntoView {
                     })}
                 </Transition>
             </section>
+            <section class="card" aria-labelledby="energy">
+                <h2 id="energy" class="text-lg font-semibold text-slate-900">"Energy delivered"</h2>
+                <p class="mt-1 text-sm text-slate-600">"What your GPUs drew while running each rental, measured by the agent once a second."</p>
+                <Transition fallback=|| view! { <p class="mt-4 text-slate-500">"Loading…"</p> }>
+                    {move || Suspend::new(async move {
+                        match energy.await {
+                            Ok(rows) if rows.is_empty() => view! { <p class="mt-4 text-sm text-slate-500">"No rentals have run on your hosts yet."</p> }.into_any(),
+                            Ok(rows) => view! { <EnergyTable rows /> }.into_any(),
+                            Err(err) => view! { <p role="alert" class="mt-4 text-red-700">{err.to_string()}</p> }.into_any(),
+                        }
+                    })}
+                </Transition>
+            </section>
+        </div>
+    }
+}
+
+#[component]
+fn EnergyTable(rows: Vec<DeliveredEnergy>) -> impl IntoView {
+    let total: i64 = rows.iter().map(|r| r.energy_mj).sum();
+    view! {
+        <p class="mt-3 text-sm text-slate-700" data-testid="energy-total">{format!("{:.2} kWh over the last {} rentals", watt_hours(total) / 1000.0, rows.len())}</p>
+        <div class="mt-3 overflow-x-auto">
+            <table class="min-w-full divide-y divide-slate-200 text-sm">
+                <thead>
+                    <tr class="text-left text-slate-500">
+                        <th scope="col" class="py-2 pr-4 font-medium">"Rental"</th>
+                        <th scope="col" class="py-2 pr-4 font-medium">"Host"</th>
+                        <th scope="col" class="py-2 text-right font-medium">"Energy"</th>
+                    </tr>
+                </thead>
+                <tbody class="divide-y divide-slate-100">
+                    {rows.into_iter().map(|r| view! {
+                        <tr>
+                            <td class="py-2 pr-4 tabular-nums">{format!("#{}", r.rental_id)}</td>
+                            <td class="py-2 pr-4">{r.hostname}</td>
+                            <td class="py-2 text-right tabular-nums">{format!("{:.1} Wh", watt_hours(r.energy_mj))}</td>
+                        </tr>
+                    }).collect_view()}
+                </tbody>
+            </table>
         </div>
     }
 }

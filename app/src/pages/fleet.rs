@@ -36,7 +36,7 @@ fn ticker() -> RwSignal<u32> {
 pub fn AdminFleetPage() -> impl IntoView {
     view! {
         <Title text="Fleet · Admin" />
-        <RequireSignIn children=|me: Me| admins_only(me, view! { <Fleet /> }) />
+        <RequireSignIn children=|me: Me| admins_only(me, || view! { <Fleet /> }) />
     }
 }
 
@@ -44,7 +44,8 @@ pub fn AdminFleetPage() -> impl IntoView {
 fn Fleet() -> impl IntoView {
     let tick = ticker();
     let overview = Resource::new(move || tick.get(), |_| load_fleet());
-    let telemetry = Resource::new(|| (), |_| load_telemetry(TelemetryScope::Fleet));
+    // In the browser only: live readings would race hydration (see `TelemetrySection`).
+    let telemetry = LocalResource::new(|| load_telemetry(TelemetryScope::Fleet));
     view! {
         <div class="space-y-6">
             <div>
@@ -59,14 +60,11 @@ fn Fleet() -> impl IntoView {
                     }
                 })}
             </Transition>
-            <Suspense fallback=|| view! { <div class="h-64 animate-pulse rounded-2xl bg-slate-100"></div> }>
-                {move || Suspend::new(async move {
-                    match telemetry.await {
-                        Ok(view) => view! { <LiveFleet view overview /> }.into_any(),
-                        Err(err) => view! { <p role="alert" class="text-red-700">{err.to_string()}</p> }.into_any(),
-                    }
-                })}
-            </Suspense>
+            {move || match telemetry.get() {
+                None => view! { <div class="h-64 animate-pulse rounded-2xl bg-slate-100" aria-label="Loading live telemetry"></div> }.into_any(),
+                Some(Ok(view)) => view! { <LiveFleet view overview /> }.into_any(),
+                Some(Err(err)) => view! { <p role="alert" class="text-red-700">{err.to_string()}</p> }.into_any(),
+            }}
             <Alerts admin=true />
         </div>
     }
@@ -161,7 +159,7 @@ fn HeatLegend() -> impl IntoView {
 #[component]
 pub fn HeatMap(overview: FleetOverview, latest: Memo<BTreeMap<(i64, u32), GpuReading>>) -> impl IntoView {
     if overview.hosts.is_empty() {
-        return view! { <p class="mt-4 text-sm text-slate-500">"No hosts yet."</p> }.into_any();
+        return view! { <p class="mt-4 text-sm text-slate-500">"No GPUs to show yet."</p> }.into_any();
     }
     view! {
         <ul class="mt-4 space-y-3" data-testid="heatmap">
@@ -285,7 +283,7 @@ fn AlertTable(list: Vec<Alert>, admin: bool, acknowledge: ServerAction<Acknowled
 pub fn MyFleet() -> impl IntoView {
     let tick = ticker();
     let overview = Resource::new(move || tick.get(), |_| load_my_hosts());
-    let telemetry = Resource::new(|| (), |_| load_telemetry(TelemetryScope::Mine));
+    let telemetry = LocalResource::new(|| load_telemetry(TelemetryScope::Mine));
     view! {
         <section class="card" aria-labelledby="my-gpus">
             <h2 id="my-gpus" class="text-lg font-semibold text-slate-900">"GPUs now"</h2>
@@ -298,11 +296,7 @@ pub fn MyFleet() -> impl IntoView {
                     })
                 })}
             </Transition>
-            <Suspense fallback=|| ()>
-                {move || Suspend::new(async move {
-                    telemetry.await.ok().map(|view| view! { <MyTiles view overview /> })
-                })}
-            </Suspense>
+            {move || telemetry.get().and_then(Result::ok).map(|view| view! { <MyTiles view overview /> })}
         </section>
         <Alerts admin=false />
     }

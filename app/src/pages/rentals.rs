@@ -284,14 +284,20 @@ fn RentalView() -> impl IntoView {
             on_cleanup(move || handle.clear());
         }
     }
-    // The charts load once per rental, and again when it starts or stops holding its GPUs.
-    let holding = Memo::new(move |_| {
-        detail.get().and_then(Result::ok).is_some_and(|d| {
-            matches!(
-                d.rental.state,
-                RentalState::Provisioning | RentalState::Running | RentalState::Stopping | RentalState::Preempting
-            )
-        })
+    // The charts load once per rental, and again when it starts or stops holding its GPUs
+    // (an effect, so server and browser render the same first view).
+    let seen_holding = StoredValue::new(None::<bool>);
+    let generation = RwSignal::new(0u32);
+    Effect::new(move || {
+        let Some(Ok(d)) = detail.get() else { return };
+        let holding = matches!(
+            d.rental.state,
+            RentalState::Provisioning | RentalState::Running | RentalState::Stopping | RentalState::Preempting
+        );
+        if seen_holding.get_value().is_some_and(|before| before != holding) {
+            generation.update(|g| *g += 1);
+        }
+        seen_holding.set_value(Some(holding));
     });
     view! {
         <Transition fallback=|| view! { <div class="h-40 animate-pulse rounded-2xl bg-slate-100"></div> }>
@@ -303,7 +309,7 @@ fn RentalView() -> impl IntoView {
             })}
         </Transition>
         <div class="mt-6">
-            <TelemetrySection scope=Signal::derive(move || TelemetryScope::Rental(id())) reload=holding />
+            <TelemetrySection scope=Signal::derive(move || TelemetryScope::Rental(id())) reload=generation />
         </div>
     }
 }

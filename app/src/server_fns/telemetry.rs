@@ -1,6 +1,6 @@
 use cardpool_domain::{
     AppError,
-    telemetry::{Alert, FleetOverview, TelemetryScope, TelemetryView},
+    telemetry::{Alert, DeliveredEnergy, FleetOverview, TelemetryScope, TelemetryView},
 };
 use leptos::prelude::*;
 
@@ -54,9 +54,9 @@ pub async fn acknowledge_alert(id: i64) -> Result<(), AppError> {
     .await
 }
 
-/// Energy delivered per rental on the caller's hosts: (rental, host, millijoules).
+/// Energy delivered per rental on the caller's hosts.
 #[server(prefix = "/rpc", endpoint = "provider_energy")]
-pub async fn provider_energy() -> Result<Vec<(i64, String, i64)>, AppError> {
+pub async fn provider_energy() -> Result<Vec<DeliveredEnergy>, AppError> {
     crate::ssr::respond(async move {
         let req = crate::ssr::Request::current().await?;
         let principal = req.principal().await?;

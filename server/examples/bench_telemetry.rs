@@ -1,0 +1,253 @@
+//! Benchmark (not a test): telemetry ingest, agent→browser latency, memory per dashboard and the
+//! agent's own footprint, on SQLite and PostgreSQL.
+//!
+//! ```sh
+//! cargo build --release -p cardpool-agent && \
+//! cargo run --release -p cardpool-server --example bench_telemetry            # both backends
+//! cargo run --release -p cardpool-server --example bench_telemetry -- sqlite  # one
+//! ```
+//! 1. `BENCH_AGENTS` (100) simulated agents with 8 GPUs each connect over WebSocket and sample
+//!    every `BENCH_SAMPLE_MS` (100 ms, ten times the production rate, to find the ceiling);
+//!    `BENCH_DASHBOARDS` (20) admin fleet feeds (SSE) watch. Prints GPU samples stored per second
+//!    and the latency from sampling on the agent to the event arriving at a dashboard.
+//! 2. Memory per dashboard: resident memory before and after opening `BENCH_IDLE_DASHBOARDS`
+//!    (500) more feeds, divided by their number.
+//! 3. The real `cardpool-agent` binary (target/release) at 1 Hz with 8 simulated GPUs for
+//!    `BENCH_AGENT_SECONDS` (30): its CPU time and resident memory from /proc.
+#![allow(clippy::print_stdout)] // printing the figures is the point
+
+use cardpool_agent::{connection, enrollment, gpu::simulated::SimulatedSource, runtime::WorkloadMode};
+use cardpool_domain::account::CreateApiTokenRequest;
+use cardpool_server::{Config, http};
+use cardpool_service::{
+    Settings, api_tokens,
+    entities::users,
+    hosts,
+    testing::{self, Backend},
+};
+use sea_orm::{ActiveValue::Set, EntityTrait};
+use std::{
+    net::SocketAddr,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// Resident memory of process `pid` ("self" for this one), KiB.
+fn rss_kib(pid: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
+        .unwrap_or(0)
+}
+
+/// User + system CPU time of process `pid`, seconds.
+fn cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after_name = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let ticks: f64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+        + fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    ticks / 100.0 // USER_HZ
+}
+
+fn percentile(sorted: &[i64], p: f64) -> i64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// Reads an SSE feed, recording (arrival − sample time) of every event while `recording`.
+async fn watch(mut response: reqwest::Response, latencies: Arc<Mutex<Vec<i64>>>, recording: Arc<AtomicBool>) {
+    let mut text = String::new();
+    while let Ok(Some(chunk)) = response.chunk().await {
+        text.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = text.find("\n\n") {
+            let event: String = text.drain(..end + 2).collect();
+            let Some(data) = event.lines().find_map(|l| l.strip_prefix("data: ")) else { continue };
+            if !recording.load(Ordering::Relaxed) {
+                continue;
+            }
+            if let Some(at) = data.find("\"at_ms\":").and_then(|i| data[i + 8..].split([',', '}']).next()?.parse::<i64>().ok()) {
+                latencies.lock().unwrap_or_else(|p| p.into_inner()).push(now_ms() - at);
+            }
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let agents = env("BENCH_AGENTS", 100) as usize;
+    let sample_ms = env("BENCH_SAMPLE_MS", 100);
+    let dashboards = env("BENCH_DASHBOARDS", 20) as usize;
+    let idle_dashboards = env("BENCH_IDLE_DASHBOARDS", 500) as usize;
+    let seconds = env("BENCH_SECONDS", 15);
+    let agent_seconds = env("BENCH_AGENT_SECONDS", 30);
+    let wanted = std::env::args().nth(1);
+    println!(
+        "telemetry benchmark: {agents} agents × 8 GPUs sampling every {sample_ms} ms, {dashboards} fleet dashboards, {seconds} s"
+    );
+    for (backend, name) in [(Backend::Sqlite, "sqlite"), (Backend::Postgres, "postgres")] {
+        if wanted.as_deref().is_some_and(|w| w != name) {
+            continue;
+        }
+        let (_db, services) = testing::services(backend, Settings::default()).await;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let config = Config { addr, ..Config::default() };
+        let app = http::router(services.clone(), http::leptos_options(&config), http::HttpOptions::from_config(&config));
+        tokio::spawn(async move {
+            axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await.expect("serve");
+        });
+        let base = format!("http://{addr}");
+
+        // An admin with an API token watches the fleet.
+        let admin = testing::person(&services, "admin@bench.example", false, 0).await;
+        users::Entity::update(users::ActiveModel { id: Set(admin.user_id), is_admin: Set(true), ..Default::default() })
+            .exec(&services.db)
+            .await
+            .expect("admin");
+        let token = api_tokens::create_api_token(&services, &admin, &CreateApiTokenRequest { name: "bench".into() })
+            .await
+            .expect("token")
+            .secret;
+        let provider = testing::person(&services, "provider@bench.example", true, 0).await;
+
+        // The agents: enrolled over HTTP, then connected and sampling.
+        let enrolling = Instant::now();
+        for i in 0..agents {
+            let created =
+                hosts::create_enrollment_token(&services, &provider, None, &base).await.expect("enrollment token");
+            let state = enrollment::enroll(&base, &created.token, &format!("bench-{i:03}")).await.expect("enroll");
+            tokio::spawn(async move {
+                let source = SimulatedSource::new("8xH100-80GB", &format!("bench-{i:03}"), vec![]).expect("source");
+                let dir = std::env::temp_dir().join(format!("cardpool-bench-telemetry-{}-{i}", std::process::id()));
+                let _ = connection::run(&state, &source, None, dir, WorkloadMode::Simulate, Duration::from_millis(sample_ms))
+                    .await;
+            });
+        }
+        println!("\n[{name}] {agents} agents enrolled and started in {:.1} s", enrolling.elapsed().as_secs_f64());
+
+        let client = reqwest::Client::new();
+        let latencies: Arc<Mutex<Vec<i64>>> = Arc::default();
+        let recording = Arc::new(AtomicBool::new(false));
+        for _ in 0..dashboards {
+            let feed = client
+                .get(format!("{base}/api/v1/telemetry/live?scope=fleet"))
+                .bearer_auth(&token)
+                .send()
+                .await
+                .expect("feed");
+            assert!(feed.status().is_success(), "feed refused: {}", feed.status());
+            tokio::spawn(watch(feed, latencies.clone(), recording.clone()));
+        }
+        // Warm up, then measure.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let hub = &services.telemetry;
+        let (frames0, samples0, dup0) = (
+            hub.frames_stored.load(Ordering::Relaxed),
+            hub.samples_stored.load(Ordering::Relaxed),
+            hub.frames_duplicate.load(Ordering::Relaxed),
+        );
+        recording.store(true, Ordering::Relaxed);
+        let started = Instant::now();
+        tokio::time::sleep(Duration::from_secs(seconds)).await;
+        recording.store(false, Ordering::Relaxed);
+        let elapsed = started.elapsed().as_secs_f64();
+        let samples = hub.samples_stored.load(Ordering::Relaxed) - samples0;
+        let frames = hub.frames_stored.load(Ordering::Relaxed) - frames0;
+        let offered = agents as f64 * 8.0 * 1000.0 / sample_ms as f64;
+        let mut lat = std::mem::take(&mut *latencies.lock().unwrap_or_else(|p| p.into_inner()));
+        lat.sort_unstable();
+        println!(
+            "ingest: {:.0} GPU samples/s stored ({:.0} frames/s; {offered:.0} samples/s offered); {} replayed duplicates",
+            samples as f64 / elapsed,
+            frames as f64 / elapsed,
+            hub.frames_duplicate.load(Ordering::Relaxed) - dup0
+        );
+        println!(
+            "agent→dashboard latency over {} events at that load: p50 {} ms, p99 {} ms, max {} ms",
+            lat.len(),
+            percentile(&lat, 0.50),
+            percentile(&lat, 0.99),
+            lat.last().copied().unwrap_or(0)
+        );
+
+        // Memory per dashboard: open many more feeds and compare resident memory.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let before = rss_kib("self");
+        let mut held = Vec::new();
+        for _ in 0..idle_dashboards {
+            let feed = client
+                .get(format!("{base}/api/v1/telemetry/live?scope=fleet"))
+                .bearer_auth(&token)
+                .send()
+                .await
+                .expect("feed");
+            held.push(tokio::spawn(watch(feed, Arc::default(), Arc::new(AtomicBool::new(false)))));
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let after = rss_kib("self");
+        println!(
+            "memory: {idle_dashboards} more fleet dashboards (server and their readers in this process) added {} KiB: {:.1} KiB per dashboard",
+            after.saturating_sub(before),
+            after.saturating_sub(before) as f64 / idle_dashboards as f64
+        );
+        for feed in held {
+            feed.abort();
+        }
+
+        // The real agent binary at production pace.
+        let binary = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/release/cardpool-agent");
+        if !std::path::Path::new(binary).exists() {
+            println!("agent: {binary} not built; run `cargo build --release -p cardpool-agent` first");
+            continue;
+        }
+        let created = hosts::create_enrollment_token(&services, &provider, None, &base).await.expect("token");
+        let dir = std::env::temp_dir().join(format!("cardpool-bench-agent-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let enrolled = std::process::Command::new(binary)
+            .args(["enroll", "--server", &base, "--token", &created.token, "--state-dir"])
+            .arg(&dir)
+            .output()
+            .expect("enroll");
+        assert!(enrolled.status.success(), "{}", String::from_utf8_lossy(&enrolled.stderr));
+        let mut child = std::process::Command::new(binary)
+            .args(["run", "--simulate", "8xH100-80GB", "--state-dir"])
+            .arg(&dir)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("agent");
+        let pid = child.id();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let cpu0 = cpu_secs(pid);
+        let t0 = Instant::now();
+        let mut peak = 0;
+        while t0.elapsed() < Duration::from_secs(agent_seconds) {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            peak = peak.max(rss_kib(&pid.to_string()));
+        }
+        let cpu = cpu_secs(pid) - cpu0;
+        let rss = rss_kib(&pid.to_string());
+        let _ = child.kill();
+        let _ = child.wait();
+        println!(
+            "agent (1 Hz, 8 simulated GPUs, {agent_seconds} s): CPU {:.2} % of one core, resident memory {:.1} MiB (peak {:.1} MiB)",
+            cpu / t0.elapsed().as_secs_f64() * 100.0,
+            rss as f64 / 1024.0,
+            peak as f64 / 1024.0
+        );
+    }
+    std::process::exit(0);
+}
