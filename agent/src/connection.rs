@@ -135,8 +135,7 @@ pub async fn run(
         telemetry: Mutex::new(TelemetryBuffer::new(telemetry::BUFFER_FRAMES)),
         fresh: Notify::new(),
     };
-    let sampler =
-        telemetry::sample_forever(source, &agent.supervisor, &agent.telemetry, &agent.fresh, sample_interval);
+    let sampler = telemetry::sample_forever(source, &agent.supervisor, &agent.telemetry, &agent.fresh, sample_interval);
     tokio::pin!(sampler);
     let mut backoff = Backoff::new();
     let shutdown = shutdown_signal();

@@ -22,9 +22,9 @@ use leptos_router::{
 use pages::{
     account::AccountPage,
     admin::{AdminCreditsPage, AdminUsersPage},
-    fleet::AdminFleetPage,
     api_tokens::ApiTokensPage,
     earnings::EarningsPage,
+    fleet::AdminFleetPage,
     home::HomePage,
     hosts::{HostPage, HostsPage},
     not_found::NotFoundPage,

@@ -32,7 +32,9 @@ impl MigrationTrait for Migration {
                     .col(big_integer(GpuRollups::PowerSumMw))
                     .col(big_integer(GpuRollups::PowerMaxMw))
                     .col(big_integer(GpuRollups::EnergyMj))
-                    .primary_key(Index::create().col(GpuRollups::HostId).col(GpuRollups::GpuIndex).col(GpuRollups::Minute))
+                    .primary_key(
+                        Index::create().col(GpuRollups::HostId).col(GpuRollups::GpuIndex).col(GpuRollups::Minute),
+                    )
                     .foreign_key(
                         ForeignKey::create()
                             .from(GpuRollups::Table, GpuRollups::HostId)
@@ -44,7 +46,11 @@ impl MigrationTrait for Migration {
             .await?;
         manager
             .create_index(
-                Index::create().name("idx_gpu_rollups_minute").table(GpuRollups::Table).col(GpuRollups::Minute).to_owned(),
+                Index::create()
+                    .name("idx_gpu_rollups_minute")
+                    .table(GpuRollups::Table)
+                    .col(GpuRollups::Minute)
+                    .to_owned(),
             )
             .await?;
         manager
@@ -126,7 +132,12 @@ impl MigrationTrait for Migration {
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         manager.alter_table(Table::alter().table(Rentals::Table).drop_column(Rentals::StopWhenIdle).to_owned()).await?;
-        for table in [Alerts::Table.into_iden(), RentalEnergy::Table.into_iden(), TelemetryCursors::Table.into_iden(), GpuRollups::Table.into_iden()] {
+        for table in [
+            Alerts::Table.into_iden(),
+            RentalEnergy::Table.into_iden(),
+            TelemetryCursors::Table.into_iden(),
+            GpuRollups::Table.into_iden(),
+        ] {
             manager.drop_table(Table::drop().table(table).to_owned()).await?;
         }
         Ok(())

@@ -2,17 +2,18 @@
 //! agent's own footprint, on SQLite and PostgreSQL.
 //!
 //! ```sh
-//! cargo build --release -p cardpool-agent && \
+//! cargo build --release -p cardpool-agent --bin cardpool-agent && \
 //! cargo run --release -p cardpool-server --example bench_telemetry            # both backends
 //! cargo run --release -p cardpool-server --example bench_telemetry -- sqlite  # one
 //! ```
-//! 1. `BENCH_AGENTS` (100) simulated agents with 8 GPUs each connect over WebSocket and sample
-//!    every `BENCH_SAMPLE_MS` (100 ms, ten times the production rate, to find the ceiling);
-//!    `BENCH_DASHBOARDS` (20) admin fleet feeds (SSE) watch. Prints GPU samples stored per second
-//!    and the latency from sampling on the agent to the event arriving at a dashboard.
-//! 2. Memory per dashboard: resident memory before and after opening `BENCH_IDLE_DASHBOARDS`
-//!    (500) more feeds, divided by their number.
-//! 3. The real `cardpool-agent` binary (target/release) at 1 Hz with 8 simulated GPUs for
+//! 1. Ingest ceiling: `BENCH_AGENTS` (100) simulated agents with 8 GPUs each, connected over
+//!    WebSocket, sample every `BENCH_SAMPLE_MS` (100 ms, ten times production) for
+//!    `BENCH_SECONDS` (15): GPU samples stored per second.
+//! 2. The same agents at production pace (1 Hz) with `BENCH_DASHBOARDS` (20) admin fleet feeds
+//!    (SSE) watching: latency p50/p99 from sampling on the agent to the event at a dashboard.
+//! 3. Memory per dashboard: resident memory before and after opening `BENCH_IDLE_DASHBOARDS`
+//!    (200) more fleet feeds at that load, divided by their number.
+//! 4. The real `cardpool-agent` binary (target/release) at 1 Hz with 8 simulated GPUs for
 //!    `BENCH_AGENT_SECONDS` (30): its CPU time and resident memory from /proc.
 #![allow(clippy::print_stdout)] // printing the figures is the point
 
@@ -47,7 +48,9 @@ fn now_ms() -> i64 {
 fn rss_kib(pid: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
         .unwrap_or(0)
 }
 
@@ -79,11 +82,37 @@ async fn watch(mut response: reqwest::Response, latencies: Arc<Mutex<Vec<i64>>>,
             if !recording.load(Ordering::Relaxed) {
                 continue;
             }
-            if let Some(at) = data.find("\"at_ms\":").and_then(|i| data[i + 8..].split([',', '}']).next()?.parse::<i64>().ok()) {
+            if let Some(at) =
+                data.find("\"at_ms\":").and_then(|i| data[i + 8..].split([',', '}']).next()?.parse::<i64>().ok())
+            {
                 latencies.lock().unwrap_or_else(|p| p.into_inner()).push(now_ms() - at);
             }
         }
     }
+}
+
+/// Runs one agent per enrolled host, sampling every `sample_ms`.
+fn start_agents(states: &[cardpool_agent::state::AgentState], sample_ms: u64) -> Vec<tokio::task::JoinHandle<()>> {
+    states
+        .iter()
+        .cloned()
+        .enumerate()
+        .map(|(i, state)| {
+            tokio::spawn(async move {
+                let source = SimulatedSource::new("8xH100-80GB", &format!("bench-{i:03}"), vec![]).expect("source");
+                let dir = std::env::temp_dir().join(format!("cardpool-bench-telemetry-{}-{i}", std::process::id()));
+                let _ = connection::run(
+                    &state,
+                    &source,
+                    None,
+                    dir,
+                    WorkloadMode::Simulate,
+                    Duration::from_millis(sample_ms),
+                )
+                .await;
+            })
+        })
+        .collect()
 }
 
 #[tokio::main]
@@ -91,13 +120,11 @@ async fn main() {
     let agents = env("BENCH_AGENTS", 100) as usize;
     let sample_ms = env("BENCH_SAMPLE_MS", 100);
     let dashboards = env("BENCH_DASHBOARDS", 20) as usize;
-    let idle_dashboards = env("BENCH_IDLE_DASHBOARDS", 500) as usize;
+    let idle_dashboards = env("BENCH_IDLE_DASHBOARDS", 200) as usize;
     let seconds = env("BENCH_SECONDS", 15);
     let agent_seconds = env("BENCH_AGENT_SECONDS", 30);
     let wanted = std::env::args().nth(1);
-    println!(
-        "telemetry benchmark: {agents} agents × 8 GPUs sampling every {sample_ms} ms, {dashboards} fleet dashboards, {seconds} s"
-    );
+    println!("telemetry benchmark: {agents} agents × 8 simulated GPUs, {seconds} s per measurement");
     for (backend, name) in [(Backend::Sqlite, "sqlite"), (Backend::Postgres, "postgres")] {
         if wanted.as_deref().is_some_and(|w| w != name) {
             continue;
@@ -106,7 +133,8 @@ async fn main() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let config = Config { addr, ..Config::default() };
-        let app = http::router(services.clone(), http::leptos_options(&config), http::HttpOptions::from_config(&config));
+        let app =
+            http::router(services.clone(), http::leptos_options(&config), http::HttpOptions::from_config(&config));
         tokio::spawn(async move {
             axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await.expect("serve");
         });
@@ -124,21 +152,37 @@ async fn main() {
             .secret;
         let provider = testing::person(&services, "provider@bench.example", true, 0).await;
 
-        // The agents: enrolled over HTTP, then connected and sampling.
+        // The agents: enrolled over HTTP once, then run at two paces from the same hosts.
         let enrolling = Instant::now();
+        let mut states = Vec::new();
         for i in 0..agents {
             let created =
                 hosts::create_enrollment_token(&services, &provider, None, &base).await.expect("enrollment token");
-            let state = enrollment::enroll(&base, &created.token, &format!("bench-{i:03}")).await.expect("enroll");
-            tokio::spawn(async move {
-                let source = SimulatedSource::new("8xH100-80GB", &format!("bench-{i:03}"), vec![]).expect("source");
-                let dir = std::env::temp_dir().join(format!("cardpool-bench-telemetry-{}-{i}", std::process::id()));
-                let _ = connection::run(&state, &source, None, dir, WorkloadMode::Simulate, Duration::from_millis(sample_ms))
-                    .await;
-            });
+            states.push(enrollment::enroll(&base, &created.token, &format!("bench-{i:03}")).await.expect("enroll"));
         }
-        println!("\n[{name}] {agents} agents enrolled and started in {:.1} s", enrolling.elapsed().as_secs_f64());
+        println!("\n[{name}] {agents} agents enrolled in {:.1} s", enrolling.elapsed().as_secs_f64());
+        let hub = services.telemetry.clone();
+        let stored = || hub.samples_stored.load(Ordering::Relaxed);
 
+        // 1. The ceiling: every agent sampling `sample_ms`, faster than production.
+        let fleet = start_agents(&states, sample_ms);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let (samples0, started) = (stored(), Instant::now());
+        tokio::time::sleep(Duration::from_secs(seconds)).await;
+        let ceiling = (stored() - samples0) as f64 / started.elapsed().as_secs_f64();
+        println!(
+            "ingest ceiling: {ceiling:.0} GPU samples/s stored ({:.0} offered by {agents} agents × 8 GPUs every {sample_ms} ms); {} replayed duplicates ignored",
+            agents as f64 * 8.0 * 1000.0 / sample_ms as f64,
+            hub.frames_duplicate.load(Ordering::Relaxed)
+        );
+        for agent in fleet {
+            agent.abort();
+        }
+
+        // 2. Production pace (1 Hz) with fleet dashboards watching: latency from sampling on the
+        // agent to the event at a dashboard.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let fleet = start_agents(&states, 1000);
         let client = reqwest::Client::new();
         let latencies: Arc<Mutex<Vec<i64>>> = Arc::default();
         let recording = Arc::new(AtomicBool::new(false));
@@ -152,40 +196,24 @@ async fn main() {
             assert!(feed.status().is_success(), "feed refused: {}", feed.status());
             tokio::spawn(watch(feed, latencies.clone(), recording.clone()));
         }
-        // Warm up, then measure.
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        let hub = &services.telemetry;
-        let (frames0, samples0, dup0) = (
-            hub.frames_stored.load(Ordering::Relaxed),
-            hub.samples_stored.load(Ordering::Relaxed),
-            hub.frames_duplicate.load(Ordering::Relaxed),
-        );
+        // The replay of what piled up while the agents were swapped has to drain first.
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        let (samples0, started) = (stored(), Instant::now());
         recording.store(true, Ordering::Relaxed);
-        let started = Instant::now();
         tokio::time::sleep(Duration::from_secs(seconds)).await;
         recording.store(false, Ordering::Relaxed);
-        let elapsed = started.elapsed().as_secs_f64();
-        let samples = hub.samples_stored.load(Ordering::Relaxed) - samples0;
-        let frames = hub.frames_stored.load(Ordering::Relaxed) - frames0;
-        let offered = agents as f64 * 8.0 * 1000.0 / sample_ms as f64;
+        let rate = (stored() - samples0) as f64 / started.elapsed().as_secs_f64();
         let mut lat = std::mem::take(&mut *latencies.lock().unwrap_or_else(|p| p.into_inner()));
         lat.sort_unstable();
         println!(
-            "ingest: {:.0} GPU samples/s stored ({:.0} frames/s; {offered:.0} samples/s offered); {} replayed duplicates",
-            samples as f64 / elapsed,
-            frames as f64 / elapsed,
-            hub.frames_duplicate.load(Ordering::Relaxed) - dup0
-        );
-        println!(
-            "agent→dashboard latency over {} events at that load: p50 {} ms, p99 {} ms, max {} ms",
+            "at 1 Hz: {rate:.0} GPU samples/s stored; agent→dashboard latency over {} events ({dashboards} fleet dashboards): p50 {} ms, p99 {} ms, max {} ms",
             lat.len(),
             percentile(&lat, 0.50),
             percentile(&lat, 0.99),
             lat.last().copied().unwrap_or(0)
         );
 
-        // Memory per dashboard: open many more feeds and compare resident memory.
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        // 3. Memory per dashboard: open many more feeds at that load, compare resident memory.
         let before = rss_kib("self");
         let mut held = Vec::new();
         for _ in 0..idle_dashboards {
@@ -197,15 +225,18 @@ async fn main() {
                 .expect("feed");
             held.push(tokio::spawn(watch(feed, Arc::default(), Arc::new(AtomicBool::new(false)))));
         }
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
         let after = rss_kib("self");
         println!(
-            "memory: {idle_dashboards} more fleet dashboards (server and their readers in this process) added {} KiB: {:.1} KiB per dashboard",
+            "memory: {idle_dashboards} more fleet dashboards added {} KiB resident (server side and their readers, one process): {:.1} KiB per dashboard",
             after.saturating_sub(before),
             after.saturating_sub(before) as f64 / idle_dashboards as f64
         );
         for feed in held {
             feed.abort();
+        }
+        for agent in fleet {
+            agent.abort();
         }
 
         // The real agent binary at production pace.

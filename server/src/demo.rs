@@ -64,8 +64,15 @@ pub async fn start_agents(services: &Services, server_url: &str, state_root: &Pa
                 Ok(source) => source,
                 Err(err) => return tracing::error!(%err, "demo host spec"),
             };
-            if let Err(err) =
-                connection::run(&saved, &source, Some(location.to_owned()), rentals_dir, WorkloadMode::Simulate, Duration::from_secs(1)).await
+            if let Err(err) = connection::run(
+                &saved,
+                &source,
+                Some(location.to_owned()),
+                rentals_dir,
+                WorkloadMode::Simulate,
+                Duration::from_secs(1),
+            )
+            .await
             {
                 tracing::warn!(host = hostname, %err, "demo agent stopped");
             }

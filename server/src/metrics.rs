@@ -35,11 +35,7 @@ pub struct ServerMetrics {
 pub struct MetricsToken(pub Option<Arc<str>>);
 
 /// Counts every request.
-pub async fn count_requests(
-    Extension(metrics): Extension<Arc<ServerMetrics>>,
-    req: Request,
-    next: Next,
-) -> Response {
+pub async fn count_requests(Extension(metrics): Extension<Arc<ServerMetrics>>, req: Request, next: Next) -> Response {
     metrics.requests.fetch_add(1, Ordering::Relaxed);
     next.run(req).await
 }
@@ -66,7 +62,9 @@ pub async fn scrape(
     Extension(metrics): Extension<Arc<ServerMetrics>>,
     headers: HeaderMap,
 ) -> Response {
-    let Some(token) = token.0 else { return (StatusCode::NOT_FOUND, "metrics are off: set metrics_token").into_response() };
+    let Some(token) = token.0 else {
+        return (StatusCode::NOT_FOUND, "metrics are off: set metrics_token").into_response();
+    };
     if !authorised(&headers, &token) {
         return (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], "bearer token required")
             .into_response();
@@ -134,7 +132,12 @@ pub async fn scrape(
     }
     let hub = &services.telemetry;
     let counters: [(&str, &str, &str, f64); 6] = [
-        ("cardpool_http_requests_total", "counter", "HTTP requests served.", metrics.requests.load(Ordering::Relaxed) as f64),
+        (
+            "cardpool_http_requests_total",
+            "counter",
+            "HTTP requests served.",
+            metrics.requests.load(Ordering::Relaxed) as f64,
+        ),
         (
             "cardpool_agents_connected",
             "gauge",

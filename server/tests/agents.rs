@@ -61,7 +61,8 @@ fn spawn_agent(state: AgentState, spec: &'static str) -> tokio::task::JoinHandle
     tokio::spawn(async move {
         let source = SimulatedSource::new(spec, "test-host", vec![]).unwrap();
         let dir = std::env::temp_dir().join(format!("cardpool-test-rentals-{}-{}", std::process::id(), state.host_id));
-        connection::run(&state, &source, Some("Lab 1".into()), dir, WorkloadMode::Simulate, Duration::from_secs(1)).await
+        connection::run(&state, &source, Some("Lab 1".into()), dir, WorkloadMode::Simulate, Duration::from_secs(1))
+            .await
     })
 }
 

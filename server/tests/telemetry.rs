@@ -160,7 +160,8 @@ async fn events(mut response: reqwest::Response, count: usize) -> Vec<Value> {
     let mut text = String::new();
     let mut out = Vec::new();
     while out.len() < count {
-        let Some(chunk) = tokio::time::timeout(Duration::from_secs(10), response.chunk()).await.expect("an event").unwrap()
+        let Some(chunk) =
+            tokio::time::timeout(Duration::from_secs(10), response.chunk()).await.expect("an event").unwrap()
         else {
             break;
         };
@@ -229,7 +230,8 @@ async fn the_live_feed_shows_a_renter_only_their_gpus_and_metrics_need_the_token
     let id = rental["id"].as_i64().unwrap();
     let mine: Vec<u64> = rental["gpu_indexes"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
     eventually(Duration::from_secs(10), "running", async || {
-        let r: Value = renter.get(app.url(&format!("/api/v1/rentals/{id}"))).send().await.unwrap().json().await.unwrap();
+        let r: Value =
+            renter.get(app.url(&format!("/api/v1/rentals/{id}"))).send().await.unwrap().json().await.unwrap();
         (r["rental"]["state"] == "running").then_some(())
     })
     .await;
@@ -244,7 +246,8 @@ async fn the_live_feed_shows_a_renter_only_their_gpus_and_metrics_need_the_token
         // The rented GPUs are busy in the simulator.
         assert!(event["gpus"][0]["util_pct"].as_f64().unwrap() > 50.0, "{event}");
     }
-    let whole_host = provider.get(app.url(&format!("/api/v1/telemetry/live?scope=host&id={host}"))).send().await.unwrap();
+    let whole_host =
+        provider.get(app.url(&format!("/api/v1/telemetry/live?scope=host&id={host}"))).send().await.unwrap();
     let event = &events(whole_host, 1).await[0];
     assert_eq!(event["gpus"].as_array().unwrap().len(), 4, "the provider sees the whole host");
 
@@ -260,8 +263,14 @@ async fn the_live_feed_shows_a_renter_only_their_gpus_and_metrics_need_the_token
     ] {
         assert_eq!(client.get(app.url(&url)).send().await.unwrap().status(), status, "{url}");
     }
-    let history: Value =
-        renter.get(app.url(&format!("/api/v1/telemetry?scope=rental&id={id}"))).send().await.unwrap().json().await.unwrap();
+    let history: Value = renter
+        .get(app.url(&format!("/api/v1/telemetry?scope=rental&id={id}")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert!(history["live"].as_bool().unwrap());
     assert!(!history["samples"].as_array().unwrap().is_empty());
 
@@ -274,8 +283,12 @@ async fn the_live_feed_shows_a_renter_only_their_gpus_and_metrics_need_the_token
     let util_lines: Vec<&str> = metrics.lines().filter(|l| l.starts_with("DCGM_FI_DEV_GPU_UTIL{")).collect();
     assert_eq!(util_lines.len(), 4, "{metrics}");
     assert!(util_lines[0].contains("gpu=\"0\"") && util_lines[0].contains("UUID=\"GPU-"), "{metrics}");
-    assert!(util_lines[0].contains("modelName=\"NVIDIA H100 80GB HBM3\"") && util_lines[0].contains("Hostname=\"rig\""));
-    for name in ["DCGM_FI_DEV_FB_USED{", "DCGM_FI_DEV_GPU_TEMP{", "DCGM_FI_DEV_POWER_USAGE{", "cardpool_agents_connected 1"] {
+    assert!(
+        util_lines[0].contains("modelName=\"NVIDIA H100 80GB HBM3\"") && util_lines[0].contains("Hostname=\"rig\"")
+    );
+    for name in
+        ["DCGM_FI_DEV_FB_USED{", "DCGM_FI_DEV_GPU_TEMP{", "DCGM_FI_DEV_POWER_USAGE{", "cardpool_agents_connected 1"]
+    {
         assert!(metrics.contains(name), "{name} missing: {metrics}");
     }
     assert!(metrics.contains("cardpool_rentals{kind=\"on_demand\",state=\"running\"} 1"), "{metrics}");
@@ -284,7 +297,8 @@ async fn the_live_feed_shows_a_renter_only_their_gpus_and_metrics_need_the_token
     let feed = renter.get(app.url(&format!("/api/v1/telemetry/live?scope=rental&id={id}"))).send().await.unwrap();
     renter.post(app.url(&format!("/api/v1/rentals/{id}/stop"))).send().await.unwrap();
     eventually(Duration::from_secs(10), "ended", async || {
-        let r: Value = renter.get(app.url(&format!("/api/v1/rentals/{id}"))).send().await.unwrap().json().await.unwrap();
+        let r: Value =
+            renter.get(app.url(&format!("/api/v1/rentals/{id}"))).send().await.unwrap().json().await.unwrap();
         (r["rental"]["state"] == "ended").then_some(())
     })
     .await;

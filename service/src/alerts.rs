@@ -20,8 +20,8 @@ use cardpool_domain::{
 use cardpool_protocol::TelemetryFrame;
 use chrono::{DateTime, Utc};
 use sea_orm::{
-    ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder,
-    QuerySelect, sea_query::Expr,
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter,
+    QueryOrder, QuerySelect, sea_query::Expr,
 };
 use std::{
     collections::{HashMap, HashSet},
@@ -102,7 +102,12 @@ pub(crate) async fn raise(
 }
 
 /// Marks the open alert of this kind for that host and GPU resolved.
-pub(crate) async fn resolve(conn: &impl ConnectionTrait, kind: AlertKind, host_id: i64, gpu: Option<u32>) -> AppResult<()> {
+pub(crate) async fn resolve(
+    conn: &impl ConnectionTrait,
+    kind: AlertKind,
+    host_id: i64,
+    gpu: Option<u32>,
+) -> AppResult<()> {
     let mut update = alerts::Entity::update_many()
         .col_expr(alerts::Column::ResolvedAt, Expr::value(Utc::now()))
         .filter(alerts::Column::Kind.eq(kind.as_str()))
@@ -251,13 +256,15 @@ pub(crate) async fn observe(
 pub(crate) async fn count_open(services: &Services, provider: Option<i64>) -> AppResult<u32> {
     let mut query = alerts::Entity::find().filter(alerts::Column::ResolvedAt.is_null());
     if let Some(provider) = provider {
-        query = query.filter(alerts::Column::HostId.in_subquery(
-            sea_orm::sea_query::Query::select()
-                .column(hosts::Column::Id)
-                .from(hosts::Entity)
-                .and_where(hosts::Column::ProviderId.eq(provider))
-                .to_owned(),
-        ));
+        query = query.filter(
+            alerts::Column::HostId.in_subquery(
+                sea_orm::sea_query::Query::select()
+                    .column(hosts::Column::Id)
+                    .from(hosts::Entity)
+                    .and_where(hosts::Column::ProviderId.eq(provider))
+                    .to_owned(),
+            ),
+        );
     }
     Ok(query.count(&services.db).await.map_err(internal("counting alerts"))? as u32)
 }

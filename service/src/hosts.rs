@@ -13,10 +13,10 @@ use crate::{
     internal,
 };
 use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
-use cardpool_domain::telemetry::AlertKind;
 use cardpool_domain::host::{
     CreatedEnrollmentToken, EnrolledHost, GpuModelPrice, GpuView, HostDetail, HostEvent, HostStatus, HostSummary,
 };
+use cardpool_domain::telemetry::AlertKind;
 use cardpool_protocol::{HostFacts, Inventory};
 use chrono::{DateTime, Duration, Utc};
 use rand::RngCore;

@@ -27,7 +27,10 @@ use crate::{
 use cardpool_domain::{
     host::HostStatus,
     rentals::RentalState,
-    telemetry::{DeliveredEnergy, FleetGpu, FleetHost, FleetOverview, GpuEnergy, GpuReading, HostSample, LiveEvent, TelemetryScope, TelemetryView},
+    telemetry::{
+        DeliveredEnergy, FleetGpu, FleetHost, FleetOverview, GpuEnergy, GpuReading, HostSample, LiveEvent,
+        TelemetryScope, TelemetryView,
+    },
 };
 use cardpool_protocol::{GpuSample, ServerMessage, TelemetryFrame};
 use chrono::{DateTime, Duration, DurationRound, TimeZone, Utc};
@@ -120,7 +123,12 @@ impl Hub {
     }
 
     fn recent(&self, host_id: i64) -> Vec<Arc<Published>> {
-        self.recent.read().unwrap_or_else(|p| p.into_inner()).get(&host_id).map(|r| r.iter().cloned().collect()).unwrap_or_default()
+        self.recent
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&host_id)
+            .map(|r| r.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     fn last_at_ms(&self, host_id: i64) -> Option<i64> {
@@ -278,15 +286,9 @@ pub async fn ingest(
     let dropped = i64::try_from(dropped).unwrap_or(i64::MAX);
     let backend = txn.get_database_backend();
     let mut sql = Sql { backend, text: String::new(), values: Vec::new() };
-    let row = [
-        sql.bind(host_id),
-        sql.bind(stream_key),
-        sql.bind(newest),
-        sql.bind(stored),
-        sql.bind(dropped),
-        sql.bind(now),
-    ]
-    .join(", ");
+    let row =
+        [sql.bind(host_id), sql.bind(stream_key), sql.bind(newest), sql.bind(stored), sql.bind(dropped), sql.bind(now)]
+            .join(", ");
     txn.execute_raw(Statement::from_sql_and_values(
         backend,
         format!(
@@ -377,7 +379,12 @@ async fn add_energy(conn: &impl ConnectionTrait, energy: &BTreeMap<(i64, u32), i
     let rows: Vec<String> = energy
         .iter()
         .map(|((rental, index), mj)| {
-            format!("({}, {}, {})", sql.bind(*rental), sql.bind(i32::try_from(*index).unwrap_or(i32::MAX)), sql.bind(*mj))
+            format!(
+                "({}, {}, {})",
+                sql.bind(*rental),
+                sql.bind(i32::try_from(*index).unwrap_or(i32::MAX)),
+                sql.bind(*mj)
+            )
         })
         .collect();
     let text = format!(
@@ -406,10 +413,11 @@ async fn live_rentals(conn: &impl ConnectionTrait, host_id: i64) -> AppResult<Ve
     let mut sql = Sql { backend, text: String::new(), values: Vec::new() };
     let host = sql.bind(host_id);
     let active = sql.bind(true);
-    let states: Vec<String> = [RentalState::Provisioning, RentalState::Running, RentalState::Stopping, RentalState::Preempting]
-        .iter()
-        .map(|s| sql.bind(s.as_str()))
-        .collect();
+    let states: Vec<String> =
+        [RentalState::Provisioning, RentalState::Running, RentalState::Stopping, RentalState::Preempting]
+            .iter()
+            .map(|s| sql.bind(s.as_str()))
+            .collect();
     let text = format!(
         "SELECT r.id AS rental_id, g.device_index, r.running_since, r.billing_ends_at, r.stop_when_idle, r.state \
          FROM rentals r JOIN rental_gpus rg ON rg.rental_id = r.id JOIN gpus g ON g.id = rg.gpu_id \
@@ -573,7 +581,8 @@ pub async fn view(services: &Services, principal: &Principal, scope: TelemetrySc
             .filter(gpu_rollups::Column::Minute.gte(from))
             .order_by_asc(gpu_rollups::Column::Minute);
         if let Some(until) = grant.until {
-            query = query.filter(gpu_rollups::Column::Minute.lt(until.duration_trunc(Duration::minutes(1)).unwrap_or(until)));
+            query = query
+                .filter(gpu_rollups::Column::Minute.lt(until.duration_trunc(Duration::minutes(1)).unwrap_or(until)));
         }
         if let Some(indexes) = indexes {
             query = query.filter(gpu_rollups::Column::GpuIndex.is_in(indexes.iter().map(|i| *i as i32)));
@@ -662,7 +671,8 @@ pub async fn my_hosts(services: &Services, principal: &Principal) -> AppResult<F
 
 async fn overview(services: &Services, provider: Option<i64>) -> AppResult<FleetOverview> {
     let now = Utc::now();
-    let mut host_query = hosts::Entity::find().filter(hosts::Column::RevokedAt.is_null()).order_by_asc(hosts::Column::Id);
+    let mut host_query =
+        hosts::Entity::find().filter(hosts::Column::RevokedAt.is_null()).order_by_asc(hosts::Column::Id);
     if let Some(provider) = provider {
         host_query = host_query.filter(hosts::Column::ProviderId.eq(provider));
     }
@@ -731,7 +741,8 @@ async fn overview(services: &Services, provider: Option<i64>) -> AppResult<Fleet
             overview.gpus_online += gpus.len() as u32;
         }
         overview.gpus_rented += gpus.iter().filter(|g| g.rented).count() as u32;
-        let mut models: Vec<&str> = gpu_rows.iter().filter(|g| g.host_id == host.id).map(|g| g.model.as_str()).collect();
+        let mut models: Vec<&str> =
+            gpu_rows.iter().filter(|g| g.host_id == host.id).map(|g| g.model.as_str()).collect();
         models.dedup();
         overview.hosts.push(FleetHost {
             host_id: host.id,
@@ -851,8 +862,14 @@ mod tests {
 
     #[test]
     fn cursor_order_is_stream_then_sequence() {
-        let cursor =
-            telemetry_cursors::Model { host_id: 1, stream: 10, sequence: 5, frames: 5, dropped: 0, updated_at: Utc::now() };
+        let cursor = telemetry_cursors::Model {
+            host_id: 1,
+            stream: 10,
+            sequence: 5,
+            frames: 5,
+            dropped: 0,
+            updated_at: Utc::now(),
+        };
         assert!(!is_new(Some(&cursor), 10, 5));
         assert!(!is_new(Some(&cursor), 10, 4));
         assert!(is_new(Some(&cursor), 10, 6));

@@ -10,8 +10,7 @@ use cardpool_domain::{
 };
 use cardpool_protocol::{GpuSample, ServerMessage, TelemetryFrame, WorkloadStatus};
 use cardpool_service::{
-    Services, Settings,
-    alerts,
+    Services, Settings, alerts,
     auth::Principal,
     backend_tests,
     entities::{gpu_rollups, rental_energy, telemetry_cursors},
@@ -84,7 +83,8 @@ async fn replays_duplicates_and_restarts_store_each_frame_once(backend: Backend)
     assert_eq!(stored_samples(&services, host, 0).await, 150);
     assert_eq!(stored_samples(&services, host, 1).await, 150);
     let rollups = gpu_rollups::Entity::find().all(&services.db).await.unwrap();
-    let first_minute: Vec<_> = rollups.iter().filter(|r| r.gpu_index == 0 && r.minute.timestamp_millis() == T0).collect();
+    let first_minute: Vec<_> =
+        rollups.iter().filter(|r| r.gpu_index == 0 && r.minute.timestamp_millis() == T0).collect();
     assert_eq!(first_minute.len(), 1);
     assert_eq!(first_minute[0].samples, 60, "one minute holds 60 one-second frames");
     assert_eq!(first_minute[0].util_sum, 60 * 40);
@@ -273,7 +273,8 @@ async fn alerts_follow_conditions_and_idle_rentals_are_told_or_stopped(backend: 
     run(&services, host, told).await;
     run(&services, host, stopped).await;
     let now = chrono::Utc::now().timestamp_millis();
-    let idle: Vec<TelemetryFrame> = (0..4).map(|i| frame(10 + i, now - 90_000 + i as i64 * 30_000, 4, 1, 60_000)).collect();
+    let idle: Vec<TelemetryFrame> =
+        (0..4).map(|i| frame(10 + i, now - 90_000 + i as i64 * 30_000, 4, 1, 60_000)).collect();
     telemetry::ingest(&services, host, 1, &idle, 0).await.unwrap();
     let told_now = rentals::get_rental(&services, &renter, told).await.unwrap().rental;
     assert_eq!(told_now.state, RentalState::Running);

@@ -11,8 +11,8 @@ use nvml_wrapper::{
     bitmasks::{device::ThrottleReasons, event::EventTypes},
     enum_wrappers::device::{Clock, EccCounter, MemoryError, TemperatureSensor, TemperatureThreshold},
     enums::device::UsedGpuMemory,
-    error::NvmlError,
     enums::event::XidError,
+    error::NvmlError,
 };
 use std::{
     collections::HashMap,

@@ -205,14 +205,17 @@ pub fn GpuCharts(view: TelemetryView) -> impl IntoView {
         })
     });
     let energy = view.energy.clone();
-    let energy_total: i64 = energy.iter().map(|e| e.energy_mj).sum();
+    let stored_mj: i64 = energy.iter().map(|e| e.energy_mj).sum();
+    let loaded_at = view.now_ms;
+    // What the server had stored when the page loaded, plus power × time of what came since.
+    let energy_mj = Memo::new(move |_| stored_mj + samples.with(|s| energy_since(s, loaded_at)));
     view! {
         <section class="card space-y-4" aria-labelledby="gpu-telemetry">
             <div class="flex flex-wrap items-center justify-between gap-2">
                 <h2 id="gpu-telemetry" class="text-lg font-semibold text-slate-900">"GPU telemetry"</h2>
                 <div class="flex items-center gap-3">
                     {(matches!(view.scope, TelemetryScope::Rental(_))).then(|| view! {
-                        <span class="text-sm text-slate-600" data-testid="rental-energy">{format!("Energy so far: {:.1} Wh", watt_hours(energy_total))}</span>
+                        <span class="text-sm text-slate-600" data-testid="rental-energy">{move || format!("Energy so far: {:.1} Wh", watt_hours(energy_mj.get()))}</span>
                     })}
                     <LiveBadge connected />
                 </div>
@@ -252,16 +255,38 @@ pub fn GpuCharts(view: TelemetryView) -> impl IntoView {
 /// Loaded in the browser rather than rendered by the server: the readings change every second,
 /// so a server-rendered chart would race hydration (and lose) whenever the stream is slow.
 #[component]
-pub fn TelemetrySection(#[prop(into)] scope: Signal<TelemetryScope>, #[prop(into, optional)] reload: Signal<u32>) -> impl IntoView {
+pub fn TelemetrySection(
+    #[prop(into)] scope: Signal<TelemetryScope>,
+    #[prop(into, optional)] reload: Signal<u32>,
+) -> impl IntoView {
     let loaded = LocalResource::new(move || {
         reload.track();
         crate::server_fns::telemetry::load_telemetry(scope.get())
     });
     move || match loaded.get() {
-        None => view! { <div class="h-40 animate-pulse rounded-2xl bg-slate-100" aria-label="Loading GPU telemetry"></div> }.into_any(),
+        None => {
+            view! { <div class="h-40 animate-pulse rounded-2xl bg-slate-100" aria-label="Loading GPU telemetry"></div> }
+                .into_any()
+        }
         Some(Ok(view)) => view! { <GpuCharts view /> }.into_any(),
         Some(Err(err)) => view! { <p role="alert" class="text-sm text-red-700">{err.to_string()}</p> }.into_any(),
     }
+}
+
+/// Energy of the samples after `since_ms`, each GPU's power held since its previous sample
+/// (at most 5 s: a gap is not usage), millijoules.
+pub fn energy_since(samples: &[HostSample], since_ms: i64) -> i64 {
+    let mut previous: BTreeMap<(i64, u32), i64> = BTreeMap::new();
+    let mut total = 0.0;
+    for sample in samples.iter().filter(|s| s.at_ms > since_ms) {
+        for g in &sample.gpus {
+            let before = previous.insert((sample.host_id, g.index), sample.at_ms).unwrap_or(since_ms);
+            if let Some(watts) = g.power_w {
+                total += watts * (sample.at_ms - before).clamp(0, 5000) as f64;
+            }
+        }
+    }
+    total as i64
 }
 
 /// Tailwind background for a utilisation heat-map cell.
@@ -308,7 +333,11 @@ mod tests {
     use super::*;
 
     fn sample(host_id: i64, at_ms: i64, util: f64) -> HostSample {
-        HostSample { host_id, at_ms, gpus: vec![GpuReading { index: 0, util_pct: Some(util), ..GpuReading::default() }] }
+        HostSample {
+            host_id,
+            at_ms,
+            gpus: vec![GpuReading { index: 0, util_pct: Some(util), ..GpuReading::default() }],
+        }
     }
 
     #[test]
@@ -323,6 +352,18 @@ mod tests {
         assert_eq!(line_path(&[], 100.0, 300.0, 80.0), "");
         let path = line_path(&[(0, 0.0), (1000, 100.0)], 100.0, 300.0, 80.0);
         assert_eq!(path, "M0.0,78.0 L300.0,2.0");
+    }
+
+    #[test]
+    fn live_energy_integrates_power_after_the_load() {
+        let at = |t: i64, w: f64| HostSample {
+            host_id: 1,
+            at_ms: t,
+            gpus: vec![GpuReading { index: 0, power_w: Some(w), ..GpuReading::default() }],
+        };
+        let samples = vec![at(500, 999.0), at(2000, 100.0), at(3000, 200.0), at(20_000, 300.0)];
+        // 100 W for 1 s since the load at 1 s, 200 W for 1 s, then a gap counted as 5 s.
+        assert_eq!(energy_since(&samples, 1000), 100_000 + 200_000 + 1_500_000);
     }
 
     #[test]

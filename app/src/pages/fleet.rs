@@ -97,7 +97,10 @@ fn Totals(overview: FleetOverview) -> impl IntoView {
 
 /// Fleet utilisation over time and the heat map, both fed live.
 #[component]
-fn LiveFleet(view: TelemetryView, overview: Resource<Result<FleetOverview, cardpool_domain::AppError>>) -> impl IntoView {
+fn LiveFleet(
+    view: TelemetryView,
+    overview: Resource<Result<FleetOverview, cardpool_domain::AppError>>,
+) -> impl IntoView {
     let (samples, connected) = use_live_samples(&view);
     let points = Memo::new(move |_| samples.with(|s| fleet_utilisation(s)));
     let latest = Memo::new(move |_| samples.with(|s| latest_readings(s)));

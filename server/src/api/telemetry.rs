@@ -63,7 +63,9 @@ pub async fn live_telemetry(
 ) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
     let grant = telemetry::grant(&state.services, &caller, query.parse()?).await?;
     if !grant.live {
-        return Err(ApiError(AppError::conflict("this rental no longer holds GPUs; its history is in /api/v1/telemetry")));
+        return Err(ApiError(AppError::conflict(
+            "this rental no longer holds GPUs; its history is in /api/v1/telemetry",
+        )));
     }
     Ok(Sse::new(feed(state.services, caller, grant)).keep_alive(KeepAlive::default()))
 }
@@ -77,7 +79,11 @@ struct Feed {
     done: bool,
 }
 
-fn feed(services: Services, principal: Principal, grant: telemetry::Grant) -> impl Stream<Item = Result<Event, Infallible>> {
+fn feed(
+    services: Services,
+    principal: Principal,
+    grant: telemetry::Grant,
+) -> impl Stream<Item = Result<Event, Infallible>> {
     let rx = services.telemetry.subscribe();
     let mut recheck = tokio::time::interval(RECHECK);
     recheck.reset();
