@@ -12,8 +12,11 @@ use axum::{
 use cardpool_app::{App, shell, ssr::AppState};
 use cardpool_service::{Services, auth::ClientIp, db, session_store::DbSessionStore};
 use leptos::prelude::*;
-use leptos_axum::{LeptosRoutes, generate_route_list};
-use std::{net::SocketAddr, sync::Arc};
+use leptos_axum::{AxumRouteListing, LeptosRoutes, generate_route_list};
+use std::{
+    net::SocketAddr,
+    sync::{Arc, OnceLock},
+};
 use tower_sessions::{Expiry, SessionManagerLayer, cookie::SameSite};
 
 /// Name of the session cookie.
@@ -61,7 +64,7 @@ pub fn router(services: Services, leptos_options: LeptosOptions, options: HttpOp
         .with_secure(options.https)
         .with_expiry(Expiry::OnInactivity(idle));
     let state = AppState { leptos_options, services, public_url: options.public_origin.clone() };
-    let routes = generate_route_list(App);
+    let routes = page_routes().to_vec();
     let metrics = Arc::new(crate::metrics::ServerMetrics::default());
     let _ = metrics.started.set(std::time::Instant::now());
     let gateway =
@@ -90,6 +93,18 @@ pub fn router(services: Services, leptos_options: LeptosOptions, options: HttpOp
         .layer(from_fn_with_state(options, security_headers))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state)
+}
+
+/// The app's page routes, generated once per process.
+///
+/// While Leptos generates a route list it sets a process-wide flag that parks, forever, every
+/// resource first polled anywhere in the process (leptos-rs/leptos#4773). Generating it again
+/// for every router (each test server, each benchmark server) would hang pages that another
+/// server is rendering at that moment, so this one process-wide cache is the guard: callers
+/// wait here while it is built, and nothing renders through a router that is not built yet.
+fn page_routes() -> &'static [AxumRouteListing] {
+    static ROUTES: OnceLock<Vec<AxumRouteListing>> = OnceLock::new();
+    ROUTES.get_or_init(|| generate_route_list(App))
 }
 
 /// `200 ok` when the database answers, `503` otherwise.

@@ -402,3 +402,51 @@ async fn sessions_end_at_their_absolute_lifetime(backend: Backend) {
     tokio::time::sleep(Duration::from_millis(2100)).await;
     assert_eq!(app.status_of_me(&client).await, StatusCode::UNAUTHORIZED, "however active, a session ends");
 }
+
+/// Leptos parks, process-wide, every resource first polled while a route list is being
+/// generated (a global flag in `leptos_server`, leptos-rs/leptos#4773), so a page rendering
+/// while another router is built would never finish. Building routers over and over while
+/// pages render must leave every page complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn building_another_router_never_stalls_pages_being_rendered() {
+    let app = TestApp::spawn(Backend::Sqlite).await;
+    let client = Client::builder().timeout(Duration::from_secs(20)).build().unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let builder = {
+        let (services, stop) = (app.services.clone(), stop.clone());
+        tokio::task::spawn_blocking(move || {
+            let config = cardpool_server::Config::default();
+            let mut built = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = cardpool_server::http::router(
+                    services.clone(),
+                    cardpool_server::http::leptos_options(&config),
+                    cardpool_server::http::HttpOptions::from_config(&config),
+                );
+                built += 1;
+            }
+            built
+        })
+    };
+    let mut stalled = None;
+    'rounds: for round in 0..60 {
+        for page in ["/", "/offers", "/rentals/1"] {
+            let body = match client.get(app.url(page)).send().await {
+                Ok(res) => res.text().await,
+                Err(e) => Err(e),
+            };
+            match body {
+                Ok(body) if body.contains("</html>") => {}
+                Ok(_) => stalled = Some(format!("round {round}: {page} is cut short")),
+                Err(e) => stalled = Some(format!("round {round}: {page} never finished: {e}")),
+            }
+            if stalled.is_some() {
+                break 'rounds;
+            }
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let built = builder.await.unwrap();
+    assert_eq!(stalled, None);
+    assert!(built > 0, "routers were built while pages rendered");
+}

@@ -91,8 +91,13 @@ pub async fn services(backend: Backend, settings: Settings) -> (TestDb, Services
     (test_db, services)
 }
 
+/// How long one backend test may run before it fails as hung, rather than holding CI until
+/// CI's own limit with nothing to show for it.
+pub const TEST_LIMIT: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// Runs an async test function once per backend: `backend_tests!(sign_up_works, ...)` turns
-/// each `async fn name(backend: Backend)` into `name::sqlite` and `name::postgres` tests.
+/// each `async fn name(backend: Backend)` into `name::sqlite` and `name::postgres` tests, each
+/// failing after [`TEST_LIMIT`].
 #[macro_export]
 macro_rules! backend_tests {
     ($($name:ident),* $(,)?) => {
@@ -100,11 +105,13 @@ macro_rules! backend_tests {
             mod $name {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn sqlite() {
-                    super::$name($crate::testing::Backend::Sqlite).await
+                    let run = super::$name($crate::testing::Backend::Sqlite);
+                    tokio::time::timeout($crate::testing::TEST_LIMIT, run).await.expect("the test hung");
                 }
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn postgres() {
-                    super::$name($crate::testing::Backend::Postgres).await
+                    let run = super::$name($crate::testing::Backend::Postgres);
+                    tokio::time::timeout($crate::testing::TEST_LIMIT, run).await.expect("the test hung");
                 }
             }
         )*
