@@ -186,7 +186,7 @@ async fn main() {
         let client = reqwest::Client::new();
         let latencies: Arc<Mutex<Vec<i64>>> = Arc::default();
         let recording = Arc::new(AtomicBool::new(false));
-        for _ in 0..dashboards {
+        let open_fleet_feed = async || {
             let feed = client
                 .get(format!("{base}/api/v1/telemetry/live?scope=fleet"))
                 .bearer_auth(&token)
@@ -194,7 +194,10 @@ async fn main() {
                 .await
                 .expect("feed");
             assert!(feed.status().is_success(), "feed refused: {}", feed.status());
-            tokio::spawn(watch(feed, latencies.clone(), recording.clone()));
+            feed
+        };
+        for _ in 0..dashboards {
+            tokio::spawn(watch(open_fleet_feed().await, latencies.clone(), recording.clone()));
         }
         // The replay of what piled up while the agents were swapped has to drain first.
         tokio::time::sleep(Duration::from_secs(8)).await;
@@ -217,13 +220,7 @@ async fn main() {
         let before = rss_kib("self");
         let mut held = Vec::new();
         for _ in 0..idle_dashboards {
-            let feed = client
-                .get(format!("{base}/api/v1/telemetry/live?scope=fleet"))
-                .bearer_auth(&token)
-                .send()
-                .await
-                .expect("feed");
-            held.push(tokio::spawn(watch(feed, Arc::default(), Arc::new(AtomicBool::new(false)))));
+            held.push(tokio::spawn(watch(open_fleet_feed().await, Arc::default(), Arc::new(AtomicBool::new(false)))));
         }
         tokio::time::sleep(Duration::from_secs(5)).await;
         let after = rss_kib("self");

@@ -13,6 +13,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use cardpool_app::ssr::AppState;
+use cardpool_protocol::GpuSample;
 use cardpool_service::telemetry;
 use std::{
     fmt::Write,
@@ -56,6 +57,98 @@ fn label(value: &str) -> String {
     value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
+/// One dcgm-exporter metric: its name, Prometheus type, help text and how to read it off a
+/// sample (`None`: this GPU does not report it).
+struct DcgmGauge {
+    name: &'static str,
+    kind: &'static str,
+    help: &'static str,
+    read: fn(&GpuSample) -> Option<f64>,
+}
+
+const MIB: u64 = 1024 * 1024;
+
+const DCGM_GAUGES: [DcgmGauge; 13] = [
+    DcgmGauge {
+        name: "DCGM_FI_DEV_GPU_UTIL",
+        kind: "gauge",
+        help: "GPU utilization (in %).",
+        read: |g| g.utilization_pct.map(f64::from),
+    },
+    DcgmGauge {
+        name: "DCGM_FI_DEV_FB_USED",
+        kind: "gauge",
+        help: "Framebuffer memory used (in MiB).",
+        read: |g| g.memory_used_bytes.map(|b| (b / MIB) as f64),
+    },
+    DcgmGauge {
+        name: "DCGM_FI_DEV_FB_FREE",
+        kind: "gauge",
+        help: "Framebuffer memory free (in MiB).",
+        read: |g| g.memory_total_bytes.zip(g.memory_used_bytes).map(|(t, u)| (t.saturating_sub(u) / MIB) as f64),
+    },
+    DcgmGauge {
+        name: "DCGM_FI_DEV_GPU_TEMP",
+        kind: "gauge",
+        help: "GPU temperature (in C).",
+        read: |g| g.temperature_c.map(f64::from),
+    },
+    DcgmGauge {
+        name: "DCGM_FI_DEV_POWER_USAGE",
+        kind: "gauge",
+        help: "Power draw (in W).",
+        read: |g| g.power_milliwatts.map(|mw| f64::from(mw) / 1000.0),
+    },
+    DcgmGauge {
+        name: "DCGM_FI_DEV_POWER_MGMT_LIMIT",
+        kind: "gauge",
+        help: "Power management limit (in W).",
+        read: |g| g.power_limit_milliwatts.map(|mw| f64::from(mw) / 1000.0),
+    },
+    DcgmGauge {
+        name: "DCGM_FI_DEV_SM_CLOCK",
+        kind: "gauge",
+        help: "SM clock frequency (in MHz).",
+        read: |g| g.sm_clock_mhz.map(f64::from),
+    },
+    DcgmGauge {
+        name: "DCGM_FI_DEV_MEM_CLOCK",
+        kind: "gauge",
+        help: "Memory clock frequency (in MHz).",
+        read: |g| g.memory_clock_mhz.map(f64::from),
+    },
+    DcgmGauge {
+        name: "DCGM_FI_DEV_FAN_SPEED",
+        kind: "gauge",
+        help: "Fan speed (in %).",
+        read: |g| g.fan_pct.map(f64::from),
+    },
+    DcgmGauge {
+        name: "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+        kind: "counter",
+        help: "Total number of single-bit volatile ECC errors.",
+        read: |g| g.ecc_corrected.map(|v| v as f64),
+    },
+    DcgmGauge {
+        name: "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        kind: "counter",
+        help: "Total number of double-bit volatile ECC errors.",
+        read: |g| g.ecc_uncorrected.map(|v| v as f64),
+    },
+    DcgmGauge {
+        name: "DCGM_FI_DEV_XID_ERRORS",
+        kind: "gauge",
+        help: "Value of the last XID error encountered.",
+        read: |g| Some(g.xid_errors.last().copied().unwrap_or(0) as f64),
+    },
+    DcgmGauge {
+        name: "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+        kind: "gauge",
+        help: "Number of active clock throttle reasons.",
+        read: |g| Some(g.throttle_reasons.iter().filter(|r| r.as_str() != "idle").count() as f64),
+    },
+];
+
 pub async fn scrape(
     State(state): State<AppState>,
     Extension(token): Extension<MetricsToken>,
@@ -74,47 +167,15 @@ pub async fn scrape(
         return (StatusCode::SERVICE_UNAVAILABLE, "database unreachable").into_response();
     };
     let mut out = String::new();
-    let gauges: [(&str, &str, &str); 13] = [
-        ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
-        ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
-        ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."),
-        ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
-        ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."),
-        ("DCGM_FI_DEV_POWER_MGMT_LIMIT", "gauge", "Power management limit (in W)."),
-        ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz)."),
-        ("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz)."),
-        ("DCGM_FI_DEV_FAN_SPEED", "gauge", "Fan speed (in %)."),
-        ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter", "Total number of single-bit volatile ECC errors."),
-        ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Total number of double-bit volatile ECC errors."),
-        ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
-        ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "gauge", "Number of active clock throttle reasons."),
-    ];
     let latest = services.telemetry.latest();
     let mut hosts: Vec<_> = latest.iter().filter(|(id, _)| snapshot.online_hosts.contains(id)).collect();
     hosts.sort_by_key(|(id, _)| **id);
-    const MIB: u64 = 1024 * 1024;
-    for (name, kind, help) in gauges {
+    for gauge in DCGM_GAUGES {
+        let (name, kind, help) = (gauge.name, gauge.kind, gauge.help);
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
         for (host_id, frame) in &hosts {
             for gpu in &frame.gpus {
-                let value: Option<f64> = match name {
-                    "DCGM_FI_DEV_GPU_UTIL" => gpu.utilization_pct.map(f64::from),
-                    "DCGM_FI_DEV_FB_USED" => gpu.memory_used_bytes.map(|b| (b / MIB) as f64),
-                    "DCGM_FI_DEV_FB_FREE" => gpu
-                        .memory_total_bytes
-                        .zip(gpu.memory_used_bytes)
-                        .map(|(t, u)| (t.saturating_sub(u) / MIB) as f64),
-                    "DCGM_FI_DEV_GPU_TEMP" => gpu.temperature_c.map(f64::from),
-                    "DCGM_FI_DEV_POWER_USAGE" => gpu.power_milliwatts.map(|mw| f64::from(mw) / 1000.0),
-                    "DCGM_FI_DEV_POWER_MGMT_LIMIT" => gpu.power_limit_milliwatts.map(|mw| f64::from(mw) / 1000.0),
-                    "DCGM_FI_DEV_SM_CLOCK" => gpu.sm_clock_mhz.map(f64::from),
-                    "DCGM_FI_DEV_MEM_CLOCK" => gpu.memory_clock_mhz.map(f64::from),
-                    "DCGM_FI_DEV_FAN_SPEED" => gpu.fan_pct.map(f64::from),
-                    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL" => gpu.ecc_corrected.map(|v| v as f64),
-                    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL" => gpu.ecc_uncorrected.map(|v| v as f64),
-                    "DCGM_FI_DEV_XID_ERRORS" => Some(gpu.xid_errors.last().copied().unwrap_or(0) as f64),
-                    _ => Some(gpu.throttle_reasons.iter().filter(|r| r.as_str() != "idle").count() as f64),
-                };
+                let value = (gauge.read)(gpu);
                 let Some(value) = value else { continue };
                 let (hostname, model) = snapshot.gpus.get(&(**host_id, gpu.index)).cloned().unwrap_or_default();
                 let _ = writeln!(

@@ -8,30 +8,12 @@ use cardpool_agent::{
 };
 use cardpool_protocol::{AgentMessage, PROTOCOL_VERSION, ProtocolVersion, ServerMessage};
 use cardpool_service::{backend_tests, testing::Backend};
-use common::TestApp;
+use common::{TestApp, eventually};
 use futures_util::{SinkExt, StreamExt};
 use reqwest::{Client, StatusCode};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::time::{Duration, Instant};
 use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
-
-/// A signed-in provider's browser.
-async fn provider(app: &TestApp) -> Client {
-    let client = app.browser();
-    app.sign_up(&client, "provider@example.com").await;
-    let me: Value = client.post(app.url("/api/v1/me/provider")).send().await.unwrap().json().await.unwrap();
-    assert_eq!(me["roles"]["provider"], true);
-    client
-}
-
-async fn enrollment_token(app: &TestApp, client: &Client) -> String {
-    let res =
-        client.post(app.url("/api/v1/enrollment-tokens")).json(&json!({"location": "Lab 1"})).send().await.unwrap();
-    assert_eq!(res.status(), StatusCode::CREATED);
-    let body: Value = res.json().await.unwrap();
-    assert!(body["command"].as_str().unwrap().starts_with(&format!("cardpool-agent enroll --server {}", app.base)));
-    body["token"].as_str().unwrap().to_owned()
-}
 
 async fn host(app: &TestApp, client: &Client, id: i64) -> Value {
     client.get(app.url(&format!("/api/v1/hosts/{id}"))).send().await.unwrap().json().await.unwrap()
@@ -46,15 +28,7 @@ async fn wait_for(
     what: &str,
     check: impl Fn(&Value) -> bool,
 ) -> Value {
-    let deadline = Instant::now() + within;
-    loop {
-        let detail = host(app, client, id).await;
-        if check(&detail) {
-            return detail;
-        }
-        assert!(Instant::now() < deadline, "{what} did not happen within {within:?}: {detail}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(within, what, async || Some(host(app, client, id).await).filter(&check)).await
 }
 
 fn spawn_agent(state: AgentState, spec: &'static str) -> tokio::task::JoinHandle<Result<(), String>> {
@@ -103,8 +77,8 @@ backend_tests!(
 
 async fn enroll_run_inventory_offline_and_reconnect(backend: Backend) {
     let app = TestApp::spawn_with_agents(backend).await;
-    let client = provider(&app).await;
-    let token = enrollment_token(&app, &client).await;
+    let client = app.provider("provider@example.com").await;
+    let token = app.enrollment_token(&client, "Lab 1").await;
     let state = enrollment::enroll(&app.base, &token, "test-host").await.unwrap();
     let replay = enrollment::enroll(&app.base, &token, "impostor").await.unwrap_err();
     assert!(replay.contains("already used"), "{replay}");
@@ -142,8 +116,8 @@ async fn enroll_run_inventory_offline_and_reconnect(backend: Backend) {
 
 async fn a_silent_agent_goes_offline_within_the_grace(backend: Backend) {
     let app = TestApp::spawn_with_agents(backend).await;
-    let client = provider(&app).await;
-    let token = enrollment_token(&app, &client).await;
+    let client = app.provider("provider@example.com").await;
+    let token = app.enrollment_token(&client, "Lab 1").await;
     let state = enrollment::enroll(&app.base, &token, "quiet").await.unwrap();
     let mut socket = raw_connect(&app, &state.credential).await.unwrap();
     assert!(matches!(say_hello(&mut socket, PROTOCOL_VERSION, state.host_id).await, ServerMessage::Welcome { .. }));
@@ -164,8 +138,8 @@ async fn a_silent_agent_goes_offline_within_the_grace(backend: Backend) {
 
 async fn a_revoked_host_is_disconnected_and_cannot_return(backend: Backend) {
     let app = TestApp::spawn_with_agents(backend).await;
-    let client = provider(&app).await;
-    let token = enrollment_token(&app, &client).await;
+    let client = app.provider("provider@example.com").await;
+    let token = app.enrollment_token(&client, "Lab 1").await;
     let state = enrollment::enroll(&app.base, &token, "doomed").await.unwrap();
     let agent = spawn_agent(state.clone(), "1xL40S-48GB");
     wait_for(&app, &client, state.host_id, Duration::from_secs(10), "coming online", |h| {
@@ -194,9 +168,9 @@ async fn a_revoked_host_is_disconnected_and_cannot_return(backend: Backend) {
 
 async fn wrong_host_bad_protocol_and_bad_credentials_are_refused(backend: Backend) {
     let app = TestApp::spawn_with_agents(backend).await;
-    let client = provider(&app).await;
-    let a = enrollment::enroll(&app.base, &enrollment_token(&app, &client).await, "a").await.unwrap();
-    let b = enrollment::enroll(&app.base, &enrollment_token(&app, &client).await, "b").await.unwrap();
+    let client = app.provider("provider@example.com").await;
+    let a = enrollment::enroll(&app.base, &app.enrollment_token(&client, "Lab 1").await, "a").await.unwrap();
+    let b = enrollment::enroll(&app.base, &app.enrollment_token(&client, "Lab 1").await, "b").await.unwrap();
 
     let mut socket = raw_connect(&app, &a.credential).await.unwrap();
     match say_hello(&mut socket, PROTOCOL_VERSION, b.host_id).await {

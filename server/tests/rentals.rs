@@ -8,49 +8,13 @@ mod common;
 use cardpool_agent::{connection, enrollment, gpu::simulated::SimulatedSource, runtime::WorkloadMode};
 use cardpool_domain::host::GpuModelPrice;
 use cardpool_server::{config::Config, workers};
-use cardpool_service::{
-    Settings, accounts, backend_tests, hosts,
-    ledger::{self, Book},
-    rentals,
-    testing::Backend,
-};
-use common::TestApp;
-use reqwest::{Client, StatusCode};
+use cardpool_service::{Settings, accounts, backend_tests, hosts, ledger, rentals, testing::Backend};
+use common::{TestApp, eventually};
+use reqwest::StatusCode;
 use serde_json::{Value, json};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const MODEL: &str = "NVIDIA H100 80GB HBM3";
-
-async fn rental(app: &TestApp, client: &Client, id: i64) -> Value {
-    client.get(app.url(&format!("/api/v1/rentals/{id}"))).send().await.unwrap().json().await.unwrap()
-}
-
-async fn wait_for_state(app: &TestApp, client: &Client, id: i64, state: &str, within: Duration) -> Value {
-    let deadline = Instant::now() + within;
-    loop {
-        let detail = rental(app, client, id).await;
-        if detail["rental"]["state"] == state {
-            return detail;
-        }
-        assert!(Instant::now() < deadline, "rental {id} did not become {state} within {within:?}: {detail}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn funded_renter(app: &TestApp, email: &str, dollars: i64) -> Client {
-    let client = app.browser();
-    app.sign_up(&client, email).await;
-    let id = accounts::principal_for_email(&app.services, email).await.unwrap().user_id;
-    let txn = cardpool_service::db::begin_write(&app.services.db).await.unwrap();
-    let entry = ledger::Entry::new("credit", format!("seed:{email}"), "seed").transfer(
-        Book::PromotionalCredit,
-        Book::Wallet(id),
-        dollars * 1_000_000,
-    );
-    ledger::post(&txn, entry).await.unwrap();
-    txn.commit().await.unwrap();
-    client
-}
 
 async fn a_spot_rental_is_preempted_by_on_demand_and_billing_is_exact(backend: Backend) {
     let config = Config { heartbeat_interval_secs: 1, host_offline_grace_secs: 5, ..Config::default() };
@@ -60,19 +24,9 @@ async fn a_spot_rental_is_preempted_by_on_demand_and_billing_is_exact(backend: B
     workers::spawn(&app.services, Duration::from_secs(5), Duration::from_secs(1));
 
     // A provider's host with two simulated H100s, priced and listed, its agent connected.
-    let provider = app.browser();
-    app.sign_up(&provider, "provider@example.com").await;
-    provider.post(app.url("/api/v1/me/provider")).send().await.unwrap();
-    let token: Value = provider
-        .post(app.url("/api/v1/enrollment-tokens"))
-        .json(&json!({"location": "Lab"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let state = enrollment::enroll(&app.base, token["token"].as_str().unwrap(), "rig").await.unwrap();
+    let provider = app.provider("provider@example.com").await;
+    let token = app.enrollment_token(&provider, "Lab").await;
+    let state = enrollment::enroll(&app.base, &token, "rig").await.unwrap();
     let rentals_dir = std::env::temp_dir().join(format!("cardpool-e2e-rentals-{}-{backend:?}", std::process::id()));
     let _ = std::fs::remove_dir_all(&rentals_dir);
     let agent = {
@@ -83,11 +37,10 @@ async fn a_spot_rental_is_preempted_by_on_demand_and_billing_is_exact(backend: B
         })
     };
     let owner = accounts::principal_for_email(&app.services, "provider@example.com").await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while hosts::get_host(&app.services, &owner, state.host_id).await.unwrap().gpus.len() < 2 {
-        assert!(Instant::now() < deadline, "inventory never arrived");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(Duration::from_secs(10), "inventory arriving", async || {
+        (hosts::get_host(&app.services, &owner, state.host_id).await.unwrap().gpus.len() == 2).then_some(())
+    })
+    .await;
     let price = GpuModelPrice {
         gpu_model: MODEL.into(),
         on_demand_micros: 3_600_000,
@@ -98,7 +51,7 @@ async fn a_spot_rental_is_preempted_by_on_demand_and_billing_is_exact(backend: B
     hosts::set_host_listed(&app.services, &owner, state.host_id, true).await.unwrap();
 
     // A spot renter's workload traps SIGTERM and prints the notice it was given.
-    let spot = funded_renter(&app, "spot@example.com", 20).await;
+    let spot = app.funded_renter("spot@example.com", 20).await;
     let res = spot
         .post(app.url("/api/v1/rentals"))
         .json(&json!({
@@ -112,11 +65,11 @@ async fn a_spot_rental_is_preempted_by_on_demand_and_billing_is_exact(backend: B
     let spot_rental: Value = res.json().await.unwrap();
     let spot_id = spot_rental["id"].as_i64().unwrap();
     assert_eq!(spot_rental["price_micros"], 1_000_000, "one GPU still free: the minimum clears");
-    wait_for_state(&app, &spot, spot_id, "running", Duration::from_secs(10)).await;
+    app.wait_for_rental_state(&spot, spot_id, "running", Duration::from_secs(10)).await;
     let index = spot_rental["gpu_indexes"][0].as_u64().unwrap();
 
     // On-demand wants both GPUs: the spot rental gets its notice and ends as preempted.
-    let od = funded_renter(&app, "od@example.com", 20).await;
+    let od = app.funded_renter("od@example.com", 20).await;
     let res = od
         .post(app.url("/api/v1/rentals"))
         .json(&json!({"host_id": state.host_id, "gpu_model": MODEL, "gpu_count": 2, "workload": {"command": "sleep 600"}}))
@@ -125,10 +78,10 @@ async fn a_spot_rental_is_preempted_by_on_demand_and_billing_is_exact(backend: B
         .unwrap();
     assert_eq!(res.status(), StatusCode::CREATED);
     let od_id = res.json::<Value>().await.unwrap()["id"].as_i64().unwrap();
-    let noticed = rental(&app, &spot, spot_id).await;
+    let noticed = app.rental(&spot, spot_id).await;
     assert_eq!(noticed["rental"]["state"], "preempting", "{noticed}");
     assert!(noticed["rental"]["notice"].as_str().unwrap().starts_with("Preempted"));
-    let preempted = wait_for_state(&app, &spot, spot_id, "preempted", Duration::from_secs(10)).await;
+    let preempted = app.wait_for_rental_state(&spot, spot_id, "preempted", Duration::from_secs(10)).await;
     let log = std::fs::read_to_string(rentals_dir.join(format!("{spot_id}/workload.log"))).unwrap();
     assert!(log.contains(&format!("gpus={index}\n")), "only its GPU is visible: {log}");
     assert!(log.contains("\"reason\":\"preempted\""), "the notice reached the workload: {log}");
@@ -136,12 +89,12 @@ async fn a_spot_rental_is_preempted_by_on_demand_and_billing_is_exact(backend: B
     assert_eq!(preempted["rental"]["charged_micros"].as_i64().unwrap(), rentals::cost(1_000_000, 1, billed));
 
     // The on-demand rental starts once the spot workload is gone, runs, and is stopped.
-    let running = wait_for_state(&app, &od, od_id, "running", Duration::from_secs(10)).await;
+    let running = app.wait_for_rental_state(&od, od_id, "running", Duration::from_secs(10)).await;
     assert_eq!(running["rental"]["gpu_indexes"], json!([0, 1]));
     tokio::time::sleep(Duration::from_millis(2100)).await;
     let res = od.post(app.url(&format!("/api/v1/rentals/{od_id}/stop"))).send().await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
-    let ended = wait_for_state(&app, &od, od_id, "ended", Duration::from_secs(15)).await;
+    let ended = app.wait_for_rental_state(&od, od_id, "ended", Duration::from_secs(15)).await;
     let billed = ended["rental"]["billed_seconds"].as_i64().unwrap();
     assert!((2..=4).contains(&billed), "{ended}");
     let charged = ended["rental"]["charged_micros"].as_i64().unwrap();
@@ -165,7 +118,7 @@ async fn a_spot_rental_is_preempted_by_on_demand_and_billing_is_exact(backend: B
 
 async fn bad_bookings_are_refused_clearly(backend: Backend) {
     let app = TestApp::spawn(backend).await;
-    let renter = funded_renter(&app, "renter@example.com", 1).await;
+    let renter = app.funded_renter("renter@example.com", 1).await;
     for (body, status) in [
         (
             json!({"host_id": 999, "gpu_model": MODEL, "gpu_count": 0, "workload": {"command": "x"}}),

@@ -11,10 +11,9 @@ use cardpool_service::{
     Settings, accounts, backend_tests,
     entities::{gpu_rollups, telemetry_cursors},
     hosts,
-    ledger::{self, Book},
     testing::Backend,
 };
-use common::TestApp;
+use common::{TestApp, eventually};
 use reqwest::{Client, StatusCode};
 use sea_orm::EntityTrait;
 use serde_json::{Value, json};
@@ -23,7 +22,7 @@ use std::{
         Arc,
         atomic::{AtomicBool, Ordering},
     },
-    time::{Duration, Instant},
+    time::Duration,
 };
 use tokio::{net::TcpListener, sync::Mutex, task::JoinHandle};
 
@@ -70,36 +69,15 @@ impl Relay {
 }
 
 async fn provider_with_host(app: &TestApp, server: &str, name: &str) -> (Client, cardpool_agent::state::AgentState) {
-    let provider = app.browser();
-    app.sign_up(&provider, &format!("{name}@example.com")).await;
-    provider.post(app.url("/api/v1/me/provider")).send().await.unwrap();
-    let token: Value = provider
-        .post(app.url("/api/v1/enrollment-tokens"))
-        .json(&json!({"location": "Lab"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let mut state = enrollment::enroll(&app.base, token["token"].as_str().unwrap(), name).await.unwrap();
+    let provider = app.provider(&format!("{name}@example.com")).await;
+    let token = app.enrollment_token(&provider, "Lab").await;
+    let mut state = enrollment::enroll(&app.base, &token, name).await.unwrap();
     state.server = server.to_owned();
     (provider, state)
 }
 
 async fn cursor(app: &TestApp, host: i64) -> Option<telemetry_cursors::Model> {
     telemetry_cursors::Entity::find_by_id(host).one(&app.services.db).await.unwrap()
-}
-
-async fn eventually<T>(within: Duration, what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "{what} did not happen within {within:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 backend_tests!(
@@ -208,17 +186,7 @@ async fn the_live_feed_shows_a_renter_only_their_gpus_and_metrics_need_the_token
     hosts::update_host_pricing(&app.services, &owner, host, &price).await.unwrap();
     hosts::set_host_listed(&app.services, &owner, host, true).await.unwrap();
 
-    let renter = app.browser();
-    app.sign_up(&renter, "renter@example.com").await;
-    let renter_id = accounts::principal_for_email(&app.services, "renter@example.com").await.unwrap().user_id;
-    let txn = cardpool_service::db::begin_write(&app.services.db).await.unwrap();
-    let entry = ledger::Entry::new("credit", "seed:renter", "seed").transfer(
-        Book::PromotionalCredit,
-        Book::Wallet(renter_id),
-        50_000_000,
-    );
-    ledger::post(&txn, entry).await.unwrap();
-    txn.commit().await.unwrap();
+    let renter = app.funded_renter("renter@example.com", 50).await;
     let res = renter
         .post(app.url("/api/v1/rentals"))
         .json(&json!({"host_id": host, "gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 2, "workload": {"command": "train"}}))
@@ -229,12 +197,7 @@ async fn the_live_feed_shows_a_renter_only_their_gpus_and_metrics_need_the_token
     let rental: Value = res.json().await.unwrap();
     let id = rental["id"].as_i64().unwrap();
     let mine: Vec<u64> = rental["gpu_indexes"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
-    eventually(Duration::from_secs(10), "running", async || {
-        let r: Value =
-            renter.get(app.url(&format!("/api/v1/rentals/{id}"))).send().await.unwrap().json().await.unwrap();
-        (r["rental"]["state"] == "running").then_some(())
-    })
-    .await;
+    app.wait_for_rental_state(&renter, id, "running", Duration::from_secs(10)).await;
 
     let feed = renter.get(app.url(&format!("/api/v1/telemetry/live?scope=rental&id={id}"))).send().await.unwrap();
     assert_eq!(feed.status(), StatusCode::OK);
@@ -296,12 +259,7 @@ async fn the_live_feed_shows_a_renter_only_their_gpus_and_metrics_need_the_token
     // The rental ends: its feed closes with an `end` event, and a new feed is refused.
     let feed = renter.get(app.url(&format!("/api/v1/telemetry/live?scope=rental&id={id}"))).send().await.unwrap();
     renter.post(app.url(&format!("/api/v1/rentals/{id}/stop"))).send().await.unwrap();
-    eventually(Duration::from_secs(10), "ended", async || {
-        let r: Value =
-            renter.get(app.url(&format!("/api/v1/rentals/{id}"))).send().await.unwrap().json().await.unwrap();
-        (r["rental"]["state"] == "ended").then_some(())
-    })
-    .await;
+    app.wait_for_rental_state(&renter, id, "ended", Duration::from_secs(10)).await;
     let mut ended = false;
     for event in events(feed, 1000).await {
         if event["type"] == "end" {

@@ -457,35 +457,32 @@ pub struct Grant {
 impl Grant {
     /// The part of `published` this viewer may see, as the feed's JSON.
     pub fn admit(&self, published: &Published) -> Option<String> {
-        let gpus = self.hosts.get(&published.sample.host_id)?;
-        if self.since.is_some_and(|s| published.sample.at_ms < s.timestamp_millis())
-            || self.until.is_some_and(|u| published.sample.at_ms >= u.timestamp_millis())
-        {
-            return None;
-        }
-        match gpus {
+        match self.covers(&published.sample)? {
             None => Some(published.json.clone()),
-            Some(indexes) => {
-                let sample = HostSample {
-                    gpus: published.sample.gpus.iter().filter(|g| indexes.contains(&g.index)).cloned().collect(),
-                    ..published.sample.clone()
-                };
-                serde_json::to_string(&LiveEvent::Sample(sample)).ok()
-            }
+            only => serde_json::to_string(&LiveEvent::Sample(restricted(&published.sample, only))).ok(),
         }
     }
 
     fn admits_sample(&self, sample: &HostSample) -> Option<HostSample> {
+        self.covers(sample).map(|only| restricted(sample, only))
+    }
+
+    /// Whether this grant covers `sample` (its host, inside the time window), and if so which
+    /// of its GPUs: `Some(None)` all of them, `Some(Some(indexes))` only those.
+    fn covers(&self, sample: &HostSample) -> Option<Option<&BTreeSet<u32>>> {
         let gpus = self.hosts.get(&sample.host_id)?;
-        if self.since.is_some_and(|s| sample.at_ms < s.timestamp_millis())
-            || self.until.is_some_and(|u| sample.at_ms >= u.timestamp_millis())
-        {
-            return None;
-        }
-        Some(HostSample {
-            gpus: sample.gpus.iter().filter(|g| gpus.as_ref().is_none_or(|i| i.contains(&g.index))).cloned().collect(),
-            ..sample.clone()
-        })
+        let at = sample.at_ms;
+        let in_window = self.since.is_none_or(|s| at >= s.timestamp_millis())
+            && self.until.is_none_or(|u| at < u.timestamp_millis());
+        in_window.then_some(gpus.as_ref())
+    }
+}
+
+/// `sample` with only the GPUs in `only` (all of them when `None`).
+fn restricted(sample: &HostSample, only: Option<&BTreeSet<u32>>) -> HostSample {
+    HostSample {
+        gpus: sample.gpus.iter().filter(|g| only.is_none_or(|i| i.contains(&g.index))).cloned().collect(),
+        ..sample.clone()
     }
 }
 

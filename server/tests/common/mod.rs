@@ -3,14 +3,18 @@
 
 use cardpool_server::{Config, http, workers};
 use cardpool_service::{
-    Services, Settings,
+    Services, Settings, accounts,
     entities::users,
+    ledger::{self, Book},
     testing::{self, Backend, TestDb},
 };
 use reqwest::{Client, StatusCode, header};
 use sea_orm::{EntityTrait, PaginatorTrait};
 use serde_json::{Value, json};
-use std::{net::SocketAddr, time::Duration};
+use std::{
+    net::SocketAddr,
+    time::{Duration, Instant},
+};
 
 pub const PASSWORD: &str = "correct horse battery";
 
@@ -107,11 +111,77 @@ impl TestApp {
             .unwrap()
     }
 
+    /// A signed-in provider's browser.
+    pub async fn provider(&self, email: &str) -> Client {
+        let client = self.browser();
+        self.sign_up(&client, email).await;
+        let me: Value = client.post(self.url("/api/v1/me/provider")).send().await.unwrap().json().await.unwrap();
+        assert_eq!(me["roles"]["provider"], true);
+        client
+    }
+
+    /// A fresh enrollment token from `provider` for a host in `location`.
+    pub async fn enrollment_token(&self, provider: &Client, location: &str) -> String {
+        let res = provider
+            .post(self.url("/api/v1/enrollment-tokens"))
+            .json(&json!({"location": location}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::CREATED);
+        let body: Value = res.json().await.unwrap();
+        assert!(
+            body["command"].as_str().unwrap().starts_with(&format!("cardpool-agent enroll --server {}", self.base))
+        );
+        body["token"].as_str().unwrap().to_owned()
+    }
+
+    /// A signed-in renter's browser with `dollars` of promotional credit.
+    pub async fn funded_renter(&self, email: &str, dollars: i64) -> Client {
+        let client = self.browser();
+        self.sign_up(&client, email).await;
+        let id = accounts::principal_for_email(&self.services, email).await.unwrap().user_id;
+        let txn = cardpool_service::db::begin_write(&self.services.db).await.unwrap();
+        let entry = ledger::Entry::new("credit", format!("seed:{email}"), "seed").transfer(
+            Book::PromotionalCredit,
+            Book::Wallet(id),
+            dollars * 1_000_000,
+        );
+        ledger::post(&txn, entry).await.unwrap();
+        txn.commit().await.unwrap();
+        client
+    }
+
+    /// The rental as its renter sees it over the API.
+    pub async fn rental(&self, client: &Client, id: i64) -> Value {
+        client.get(self.url(&format!("/api/v1/rentals/{id}"))).send().await.unwrap().json().await.unwrap()
+    }
+
+    /// Polls the rental until it is in `state`, failing after `within`.
+    pub async fn wait_for_rental_state(&self, client: &Client, id: i64, state: &str, within: Duration) -> Value {
+        eventually(within, &format!("rental {id} becoming {state}"), async || {
+            Some(self.rental(client, id).await).filter(|detail| detail["rental"]["state"] == state)
+        })
+        .await
+    }
+
     pub async fn status_of_me(&self, client: &Client) -> StatusCode {
         client.get(self.url("/api/v1/me")).send().await.unwrap().status()
     }
 
     pub async fn user_count(&self) -> u64 {
         users::Entity::find().count(&self.services.db).await.unwrap()
+    }
+}
+
+/// Polls `check` until it yields a value, failing after `within` with `what` did not happen.
+pub async fn eventually<T>(within: Duration, what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "{what} did not happen within {within:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
