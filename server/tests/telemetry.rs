@@ -270,5 +270,31 @@ async fn the_live_feed_shows_a_renter_only_their_gpus_and_metrics_need_the_token
     assert!(ended, "the feed ends within its re-check");
     let refused = renter.get(app.url(&format!("/api/v1/telemetry/live?scope=rental&id={id}"))).send().await.unwrap();
     assert_eq!(refused.status(), StatusCode::CONFLICT);
+
+    // A feed lasts only as long as what it signed in with: signing out ends a session's feed,
+    // revoking a token ends the token's.
+    let created: Value = provider
+        .post(app.url("/api/v1/tokens"))
+        .json(&json!({"name": "grafana"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let (secret, token_id) = (created["secret"].as_str().unwrap(), created["token"]["id"].as_i64().unwrap());
+    let live = format!("/api/v1/telemetry/live?scope=host&id={host}");
+    let by_session = provider.get(app.url(&live)).send().await.unwrap();
+    let by_token = Client::new().get(app.url(&live)).bearer_auth(secret).send().await.unwrap();
+    assert_eq!((by_session.status(), by_token.status()), (StatusCode::OK, StatusCode::OK));
+    let revoked = provider.delete(app.url(&format!("/api/v1/tokens/{token_id}"))).send().await.unwrap();
+    assert_eq!(revoked.status(), StatusCode::NO_CONTENT);
+    let signed_out = provider.post(app.url("/api/v1/auth/sign-out")).send().await.unwrap();
+    assert_eq!(signed_out.status(), StatusCode::NO_CONTENT);
+    for feed in [by_session, by_token] {
+        let last = events(feed, 1000).await.pop().unwrap();
+        assert_eq!(last["type"], "end", "{last}");
+        assert!(last["reason"].as_str().unwrap().contains("signed out"), "{last}");
+    }
     agent.abort();
 }

@@ -106,6 +106,19 @@ pub async fn revoke_api_token(services: &Services, principal: &Principal, token_
     Ok(())
 }
 
+/// The account behind token `token_id` if the token is still good (not revoked), with the
+/// account's current roles; for requests that outlive their authentication.
+pub async fn still_valid(services: &Services, token_id: i64) -> AppResult<Option<Principal>> {
+    let found = api_tokens::Entity::find_by_id(token_id)
+        .filter(api_tokens::Column::RevokedAt.is_null())
+        .find_also_related(users::Entity)
+        .one(&services.db)
+        .await
+        .map_err(internal("loading token"))?;
+    Ok(found
+        .and_then(|(token, user)| user.map(|u| Principal::from_user(&u, Credential::ApiToken { token_id: token.id }))))
+}
+
 /// Resolves a bearer secret to its account. Unknown, malformed and revoked tokens are all
 /// `Unauthorized`.
 pub async fn authenticate(services: &Services, secret: &str) -> AppResult<Principal> {

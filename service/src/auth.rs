@@ -95,16 +95,59 @@ pub async fn principal_from_session(services: &Services, session: &Session) -> A
     };
     let epoch = session.get::<i64>(EPOCH).await.map_err(session_err)?;
     let signed_in_at = session.get::<i64>(SIGNED_IN_AT).await.map_err(session_err)?.unwrap_or(0);
+    let principal = signed_in(services, user_id, epoch, signed_in_at).await?;
+    if principal.is_none() {
+        end_session(session).await?;
+    }
+    Ok(principal)
+}
+
+/// The account a session signed in as, if that sign-in is still good: the account exists, its
+/// password has not changed since (same epoch) and the session is within its absolute lifetime.
+async fn signed_in(
+    services: &Services,
+    user_id: i64,
+    epoch: Option<i64>,
+    signed_in_at: i64,
+) -> AppResult<Option<Principal>> {
     let age = Utc::now().timestamp().saturating_sub(signed_in_at);
-    let too_old = u64::try_from(age).map_or(true, |age| age > services.settings.session.absolute.as_secs());
+    if u64::try_from(age).map_or(true, |age| age > services.settings.session.absolute.as_secs()) {
+        return Ok(None);
+    }
     let user = users::Entity::find_by_id(user_id).one(&services.db).await.map_err(internal("loading session user"))?;
-    match user {
-        Some(user) if !too_old && epoch == Some(user.session_epoch) => {
-            Ok(Some(Principal::from_user(&user, Credential::Session)))
-        }
-        _ => {
-            end_session(session).await?;
-            Ok(None)
+    Ok(user
+        .filter(|user| epoch == Some(user.session_epoch))
+        .map(|user| Principal::from_user(&user, Credential::Session)))
+}
+
+/// Who `principal` is now, for a request that outlives its authentication (a live feed):
+/// `None` once what it signed in with has ended (the session signed out, expired or was ended
+/// by a password change; the API token revoked), otherwise the account with its current roles.
+/// `session` is the id of the browser session it came with (for session callers).
+pub async fn reauthenticate(
+    services: &Services,
+    principal: &Principal,
+    session: Option<tower_sessions::session::Id>,
+) -> AppResult<Option<Principal>> {
+    match principal.credential {
+        Credential::ApiToken { token_id } => crate::api_tokens::still_valid(services, token_id).await,
+        Credential::Session => {
+            let Some(id) = session else { return Ok(None) };
+            let store = crate::session_store::DbSessionStore::new(services.db.clone());
+            let Some(record) = tower_sessions::SessionStore::load(&store, &id).await.map_err(|err| {
+                tracing::error!(error = %err, "session store failed");
+                AppError::Internal
+            })?
+            else {
+                return Ok(None);
+            };
+            let number = |key: &str| record.data.get(key).and_then(serde_json::Value::as_i64);
+            match number(USER_ID) {
+                Some(user_id) if user_id == principal.user_id => {
+                    signed_in(services, user_id, number(EPOCH), number(SIGNED_IN_AT).unwrap_or(0)).await
+                }
+                _ => Ok(None),
+            }
         }
     }
 }

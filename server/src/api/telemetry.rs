@@ -1,8 +1,9 @@
 //! `/api/v1/telemetry`, `/api/v1/fleet`, `/api/v1/alerts`: dashboards' data. The live feed is
 //! Server-Sent Events; each event is a `LiveEvent` as JSON, filtered by the caller's grant, which
-//! is re-checked every few seconds (a rental that ends closes its feed with an `end` event).
+//! is re-checked every few seconds together with the caller's sign-in: a rental that ends, a
+//! session that signs out or an API token revoked closes the feed with an `end` event.
 
-use super::{ApiError, ApiResult, Caller};
+use super::{ApiError, ApiResult, Caller, RequestSession};
 use axum::{
     Json,
     extract::{Path, Query, State, rejection::PathRejection},
@@ -15,7 +16,11 @@ use cardpool_domain::{
     error::ErrorBody,
     telemetry::{Alert, FleetOverview, LiveEvent, TelemetryScope, TelemetryView},
 };
-use cardpool_service::{Services, alerts, auth::Principal, telemetry};
+use cardpool_service::{
+    Services, alerts,
+    auth::{self, Principal},
+    telemetry,
+};
 use futures_util::Stream;
 use serde::Deserialize;
 use std::{convert::Infallible, time::Duration};
@@ -59,6 +64,7 @@ pub async fn get_telemetry(
 pub async fn live_telemetry(
     State(state): State<AppState>,
     Caller(caller): Caller,
+    RequestSession(session): RequestSession,
     Query(query): Query<ScopeQuery>,
 ) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
     let grant = telemetry::grant(&state.services, &caller, query.parse()?).await?;
@@ -67,12 +73,13 @@ pub async fn live_telemetry(
             "this rental no longer holds GPUs; its history is in /api/v1/telemetry",
         )));
     }
-    Ok(Sse::new(feed(state.services, caller, grant)).keep_alive(KeepAlive::default()))
+    Ok(Sse::new(feed(state.services, caller, session.id(), grant)).keep_alive(KeepAlive::default()))
 }
 
 struct Feed {
     services: Services,
     principal: Principal,
+    session: Option<tower_sessions::session::Id>,
     grant: telemetry::Grant,
     rx: tokio::sync::broadcast::Receiver<std::sync::Arc<telemetry::Published>>,
     recheck: tokio::time::Interval,
@@ -82,12 +89,13 @@ struct Feed {
 fn feed(
     services: Services,
     principal: Principal,
+    session: Option<tower_sessions::session::Id>,
     grant: telemetry::Grant,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     let rx = services.telemetry.subscribe();
     let mut recheck = tokio::time::interval(RECHECK);
     recheck.reset();
-    let start = Feed { services, principal, grant, rx, recheck, done: false };
+    let start = Feed { services, principal, session, grant, rx, recheck, done: false };
     futures_util::stream::unfold(start, |mut feed| async move {
         if feed.done {
             return None;
@@ -105,19 +113,34 @@ fn feed(
                     Err(RecvError::Closed) => return None,
                 },
                 _ = feed.recheck.tick() => {
-                    match telemetry::grant(&feed.services, &feed.principal, feed.grant.scope).await {
-                        Ok(grant) if grant.live => feed.grant = grant,
-                        _ => {
-                            feed.done = true;
-                            let end = LiveEvent::End { reason: "this feed is no longer available (the rental ended?)".into() };
-                            let json = serde_json::to_string(&end).unwrap_or_default();
-                            return Some((Ok(Event::default().data(json)), feed));
-                        }
+                    if let Some(reason) = feed.recheck().await {
+                        feed.done = true;
+                        let json = serde_json::to_string(&LiveEvent::End { reason }).unwrap_or_default();
+                        return Some((Ok(Event::default().data(json)), feed));
                     }
                 }
             }
         }
     })
+}
+
+impl Feed {
+    /// Re-checks the caller's sign-in and grant; why the feed must end, if it must.
+    async fn recheck(&mut self) -> Option<String> {
+        match auth::reauthenticate(&self.services, &self.principal, self.session).await {
+            Ok(Some(principal)) => self.principal = principal,
+            Ok(None) => return Some("signed out: sign in again to keep watching".into()),
+            // A database hiccup is not a reason to cut a dashboard; try again next time.
+            Err(_) => return None,
+        }
+        match telemetry::grant(&self.services, &self.principal, self.grant.scope).await {
+            Ok(grant) if grant.live => {
+                self.grant = grant;
+                None
+            }
+            _ => Some("this feed is no longer available (the rental ended?)".into()),
+        }
+    }
 }
 
 /// Every host and GPU at a glance, with fleet totals (admins).
