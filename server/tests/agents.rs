@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
 
 async fn host(app: &TestApp, client: &Client, id: i64) -> Value {
-    client.get(app.url(&format!("/api/v1/hosts/{id}"))).send().await.unwrap().json().await.unwrap()
+    app.get_json(client, &format!("/api/v1/hosts/{id}")).await
 }
 
 /// Polls the host until `check` holds, failing after `within`.
@@ -94,7 +94,7 @@ async fn enroll_run_inventory_offline_and_reconnect(backend: Backend) {
     assert_eq!(detail["host"]["location"], "Lab 1");
     assert_eq!(detail["gpus"][0]["model"], "NVIDIA H100 80GB HBM3");
     assert_eq!(detail["gpus"][0]["nvlink_peers"].as_array().unwrap().len(), 1);
-    let listed: Value = client.get(app.url("/api/v1/hosts")).send().await.unwrap().json().await.unwrap();
+    let listed: Value = app.get_json(&client, "/api/v1/hosts").await;
     assert_eq!(listed[0]["agent_version"], env!("CARGO_PKG_VERSION"));
 
     agent.abort();

@@ -222,7 +222,7 @@ async fn cross_site_state_changes_are_refused(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(forged.status(), StatusCode::FORBIDDEN);
-    let tokens: Value = browser.get(app.url("/api/v1/tokens")).send().await.unwrap().json().await.unwrap();
+    let tokens: Value = app.get_json(&browser, "/api/v1/tokens").await;
     assert_eq!(tokens, json!([]));
 }
 
@@ -245,7 +245,7 @@ async fn unauthenticated_and_forbidden(backend: Backend) {
         .unwrap();
     let admin = app.browser();
     assert_eq!(app.sign_in(&admin, "boss@example.com", "boss password 123").await.status(), StatusCode::OK);
-    let users: Value = admin.get(app.url("/api/v1/users")).send().await.unwrap().json().await.unwrap();
+    let users: Value = app.get_json(&admin, "/api/v1/users").await;
     assert_eq!(users.as_array().unwrap().len(), 2);
     let promoted: Value = admin.post(app.url(&path)).send().await.unwrap().json().await.unwrap();
     assert_eq!(promoted["roles"]["admin"], true);
@@ -313,8 +313,7 @@ async fn pages_health_and_headers(backend: Backend) {
         assert_eq!(client.get(app.url(page)).send().await.unwrap().status(), StatusCode::OK, "{page}");
     }
     // The market is public; malformed filters are a clear 422.
-    let offers: Value =
-        client.get(app.url("/api/v1/offers?kind=spot&min_gpus=")).send().await.unwrap().json().await.unwrap();
+    let offers: Value = app.get_json(&client, "/api/v1/offers?kind=spot&min_gpus=").await;
     assert_eq!(offers["total"], 0);
     let bad = client.get(app.url("/api/v1/offers?min_gpus=two")).send().await.unwrap();
     assert_eq!(bad.status(), StatusCode::UNPROCESSABLE_ENTITY);
@@ -326,7 +325,7 @@ async fn pages_health_and_headers(backend: Backend) {
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
     assert!(missing.text().await.unwrap().contains("Page not found"));
 
-    let doc: Value = client.get(app.url("/api/v1/openapi.json")).send().await.unwrap().json().await.unwrap();
+    let doc: Value = app.get_json(&client, "/api/v1/openapi.json").await;
     let mut ids: Vec<String> = doc["paths"]
         .as_object()
         .unwrap()

@@ -114,24 +114,16 @@ async fn top_up_is_credited_by_the_webhook_not_the_redirect(backend: Backend) {
     let after = wallet(&app, &client).await;
     assert_eq!(after["balance_micros"], 25_000_000);
     assert_eq!(after["pending_top_ups"].as_array().unwrap().len(), 0);
-    let top_up: Value =
-        client.get(app.url(&format!("/api/v1/wallet/top-ups/{id}"))).send().await.unwrap().json().await.unwrap();
+    let top_up: Value = app.get_json(&client, &format!("/api/v1/wallet/top-ups/{id}")).await;
     assert_eq!(top_up["status"], "credited");
 
-    let history: Value = client.get(app.url("/api/v1/wallet/transactions")).send().await.unwrap().json().await.unwrap();
+    let history: Value = app.get_json(&client, "/api/v1/wallet/transactions").await;
     assert_eq!(history[0]["kind"], "top_up");
     assert_eq!(history[0]["amount_micros"], 25_000_000);
     assert_eq!(history[0]["balance_after_micros"], 25_000_000);
     let tx = history[0]["transaction_id"].as_i64().unwrap();
 
-    let receipt: Value = client
-        .get(app.url(&format!("/api/v1/wallet/transactions/{tx}/receipt")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let receipt: Value = app.get_json(&client, &format!("/api/v1/wallet/transactions/{tx}/receipt")).await;
     assert_eq!(receipt["amount_micros"], 25_000_000);
     assert_eq!(receipt["stripe_session_id"], session_id(&checkout_url));
     assert_eq!(receipt["account_email"], "payer@example.com");
@@ -359,7 +351,7 @@ async fn onboard(app: &TestApp, provider: &Client) {
     assert_eq!(res.status(), StatusCode::CREATED);
     let link = res.json::<Value>().await.unwrap()["url"].as_str().unwrap().to_owned();
     assert!(link.starts_with(&app.stripe_url));
-    let earnings: Value = provider.get(app.url("/api/v1/earnings")).send().await.unwrap().json().await.unwrap();
+    let earnings: Value = app.get_json(provider, "/api/v1/earnings").await;
     assert_eq!(earnings["connect"], "onboarding");
     let res = no_redirects().post(&link).send().await.unwrap();
     assert_eq!(res.status(), StatusCode::SEE_OTHER);
@@ -375,7 +367,7 @@ fn zero_hold() -> Settings {
 async fn provider_onboards_and_is_paid_out(backend: Backend) {
     let app = TestApp::spawn_with(backend, zero_hold()).await;
     let (provider, _) = provider_with_earnings(&app, 100_000_000).await; // $100 usage → $90 earned
-    let earnings: Value = provider.get(app.url("/api/v1/earnings")).send().await.unwrap().json().await.unwrap();
+    let earnings: Value = app.get_json(&provider, "/api/v1/earnings").await;
     assert_eq!(earnings["available_micros"], 90_000_000);
     assert_eq!(earnings["connect"], "not_started");
 
@@ -384,7 +376,7 @@ async fn provider_onboards_and_is_paid_out(backend: Backend) {
     assert_eq!(res.status(), StatusCode::CONFLICT);
 
     onboard(&app, &provider).await;
-    let earnings: Value = provider.get(app.url("/api/v1/earnings")).send().await.unwrap().json().await.unwrap();
+    let earnings: Value = app.get_json(&provider, "/api/v1/earnings").await;
     assert_eq!(earnings["connect"], "ready");
     let account = earnings["stripe_account_id"].as_str().unwrap().to_owned();
 
@@ -405,7 +397,7 @@ async fn provider_onboards_and_is_paid_out(backend: Backend) {
     // The rest, by default.
     let res = provider.post(app.url("/api/v1/payouts")).json(&json!({})).send().await.unwrap();
     assert_eq!(res.status(), StatusCode::CREATED);
-    let earnings: Value = provider.get(app.url("/api/v1/earnings")).send().await.unwrap().json().await.unwrap();
+    let earnings: Value = app.get_json(&provider, "/api/v1/earnings").await;
     assert_eq!(earnings["available_micros"], 0);
     assert_eq!(earnings["paid_out_micros"], 90_000_000);
     assert_eq!(earnings["payouts"].as_array().unwrap().len(), 2);
@@ -442,7 +434,7 @@ async fn payouts_survive_stripe_outages_and_refusals(backend: Backend) {
     let refused: Value = res.json().await.unwrap();
     assert_eq!(refused["status"], "failed");
     assert!(refused["failure_message"].as_str().unwrap().contains("Insufficient funds"));
-    let earnings: Value = provider.get(app.url("/api/v1/earnings")).send().await.unwrap().json().await.unwrap();
+    let earnings: Value = app.get_json(&provider, "/api/v1/earnings").await;
     assert_eq!(earnings["available_micros"], 25_000_000);
     assert_eq!(earnings["paid_out_micros"], 20_000_000);
     assert_eq!(ledger::balance(&app.services.db, Book::Earnings(provider_id)).await.unwrap(), 25_000_000);
@@ -484,7 +476,7 @@ async fn admins_credit_and_refund_with_a_reason(backend: Backend) {
         assert_eq!(res.status(), StatusCode::CREATED);
     }
     assert_eq!(wallet(&app, &client).await["balance_micros"], 9_750_000);
-    let audit: Value = admin.get(app.url("/api/v1/admin/credits")).send().await.unwrap().json().await.unwrap();
+    let audit: Value = app.get_json(&admin, "/api/v1/admin/credits").await;
     assert_eq!(audit.as_array().unwrap().len(), 2);
     assert_eq!(audit[0]["kind"], "refund");
     assert_eq!(audit[0]["reason"], "GPU fell off the bus");
@@ -511,7 +503,7 @@ async fn money_pages_are_private(backend: Backend) {
     let bob = renter(&app, "bob@example.com").await;
     let (id, url) = start_top_up(&app, &bob, "9").await;
     no_redirects().post(format!("{url}/pay")).send().await.unwrap();
-    let history: Value = bob.get(app.url("/api/v1/wallet/transactions")).send().await.unwrap().json().await.unwrap();
+    let history: Value = app.get_json(&bob, "/api/v1/wallet/transactions").await;
     let tx = history[0]["transaction_id"].as_i64().unwrap();
     let res = alice.get(app.url(&format!("/api/v1/wallet/transactions/{tx}/receipt"))).send().await.unwrap();
     assert_eq!(res.status(), StatusCode::NOT_FOUND);

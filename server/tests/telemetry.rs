@@ -226,14 +226,7 @@ async fn the_live_feed_shows_a_renter_only_their_gpus_and_metrics_need_the_token
     ] {
         assert_eq!(client.get(app.url(&url)).send().await.unwrap().status(), status, "{url}");
     }
-    let history: Value = renter
-        .get(app.url(&format!("/api/v1/telemetry?scope=rental&id={id}")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let history: Value = app.get_json(&renter, &format!("/api/v1/telemetry?scope=rental&id={id}")).await;
     assert!(history["live"].as_bool().unwrap());
     assert!(!history["samples"].as_array().unwrap().is_empty());
 
@@ -273,15 +266,8 @@ async fn the_live_feed_shows_a_renter_only_their_gpus_and_metrics_need_the_token
 
     // A feed lasts only as long as what it signed in with: signing out ends a session's feed,
     // revoking a token ends the token's.
-    let created: Value = provider
-        .post(app.url("/api/v1/tokens"))
-        .json(&json!({"name": "grafana"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let res = provider.post(app.url("/api/v1/tokens")).json(&json!({"name": "grafana"})).send().await.unwrap();
+    let created: Value = res.json().await.unwrap();
     let (secret, token_id) = (created["secret"].as_str().unwrap(), created["token"]["id"].as_i64().unwrap());
     let live = format!("/api/v1/telemetry/live?scope=host&id={host}");
     let by_session = provider.get(app.url(&live)).send().await.unwrap();

@@ -152,9 +152,14 @@ impl TestApp {
         client
     }
 
+    /// `GET path` as `client`, as JSON.
+    pub async fn get_json(&self, client: &Client, path: &str) -> Value {
+        client.get(self.url(path)).send().await.unwrap().json().await.unwrap()
+    }
+
     /// The rental as its renter sees it over the API.
     pub async fn rental(&self, client: &Client, id: i64) -> Value {
-        client.get(self.url(&format!("/api/v1/rentals/{id}"))).send().await.unwrap().json().await.unwrap()
+        self.get_json(client, &format!("/api/v1/rentals/{id}")).await
     }
 
     /// Polls the rental until it is in `state`, failing after `within`.
