@@ -9,8 +9,13 @@ use leptos::prelude::*;
 #[derive(Clone, Copy)]
 pub struct CurrentUser(pub Resource<Result<Option<Me>, AppError>>);
 
+/// Blocking: the response waits for it (one quick read) so the account and its serialised value
+/// are in the first chunk. Read by the header and by the page, a streamed one could resolve in
+/// one boundary's HTML before its value reached the browser, which then hydrated the other
+/// boundary's fallback against resolved HTML and panicked (seen in Playwright, once in ~150
+/// page loads).
 pub fn provide_current_user() {
-    provide_context(CurrentUser(Resource::new(|| (), |_| get_me())));
+    provide_context(CurrentUser(Resource::new_blocking(|| (), |_| get_me())));
 }
 
 pub fn use_current_user() -> CurrentUser {
