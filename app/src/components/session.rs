@@ -12,8 +12,8 @@ pub struct CurrentUser(pub Resource<Result<Option<Me>, AppError>>);
 /// Blocking: the response waits for it (one quick read) so the account and its serialised value
 /// are in the first chunk. Read by the header and by the page, a streamed one could resolve in
 /// one boundary's HTML before its value reached the browser, which then hydrated the other
-/// boundary's fallback against resolved HTML and panicked (seen in Playwright, once in ~150
-/// page loads).
+/// boundary's fallback against resolved HTML and panicked (seen once in about seven
+/// full Playwright runs).
 pub fn provide_current_user() {
     provide_context(CurrentUser(Resource::new_blocking(|| (), |_| get_me())));
 }
