@@ -14,7 +14,7 @@ pub mod ssr;
 
 use components::layout::{Footer, Header};
 use leptos::prelude::*;
-use leptos_meta::{Link, Meta, MetaTags, Stylesheet, Title, provide_meta_context};
+use leptos_meta::{HashedStylesheet, Link, Meta, MetaTags, Title, provide_meta_context};
 use leptos_router::{
     components::{Route, Router, Routes},
     path,
@@ -45,6 +45,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
             <head>
                 <meta charset="utf-8" />
                 <meta name="viewport" content="width=device-width, initial-scale=1" />
+                <HashedStylesheet options=options.clone() id="leptos" />
                 <HydrationScripts options />
                 <MetaTags />
             </head>
@@ -61,7 +62,6 @@ pub fn App() -> impl IntoView {
     provide_meta_context();
     components::session::provide_current_user();
     view! {
-        <Stylesheet id="leptos" href="/pkg/cardpool.css" />
         <Link rel="icon" type_="image/svg+xml" href="/favicon.svg" />
         <Meta name="description" content="Cardpool: rent GPUs by the second, or earn from your own." />
         <Title formatter=|text: String| if text.is_empty() { "Cardpool".to_owned() } else { format!("{text} · Cardpool") } />

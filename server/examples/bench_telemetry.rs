@@ -136,7 +136,9 @@ async fn main() {
         let app =
             http::router(services.clone(), http::leptos_options(&config), http::HttpOptions::from_config(&config));
         tokio::spawn(async move {
-            axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await.expect("serve");
+            axum::serve(http::no_delay(listener), app.into_make_service_with_connect_info::<SocketAddr>())
+                .await
+                .expect("serve");
         });
         let base = format!("http://{addr}");
 

@@ -1,6 +1,9 @@
 //! The HTTP stack: routes, sessions and the middleware every request passes through.
 
-use crate::{Config, api};
+use crate::{
+    Config, api,
+    assets::{self, Assets},
+};
 use axum::{
     Router,
     extract::{ConnectInfo, Request, State},
@@ -44,14 +47,26 @@ impl HttpOptions {
     }
 }
 
-/// Leptos options for serving the site cargo-leptos built under `site_root`.
+/// The bundle's name under `pkg/` (cargo-leptos `output-name`).
+const OUTPUT_NAME: &str = "cardpool";
+
+/// Leptos options for serving the site cargo-leptos built under `site_root`. The bundle's
+/// files carry content hashes when cargo-leptos left a `hash.txt` beside this binary (Leptos
+/// reads the names from there); a binary without one (tests, examples) links the plain names.
 pub fn leptos_options(config: &Config) -> LeptosOptions {
     LeptosOptions::builder()
-        .output_name("cardpool")
+        .output_name(OUTPUT_NAME)
         .site_root(config.site_root.to_string_lossy().into_owned())
         .site_pkg_dir("pkg")
         .site_addr(config.addr)
+        .hash_files(hash_file().is_some())
         .build()
+}
+
+/// The `hash.txt` cargo-leptos writes beside the server binary when `hash-files` is on.
+fn hash_file() -> Option<String> {
+    let exe = std::env::current_exe().ok()?;
+    std::fs::read_to_string(exe.parent()?.join("hash.txt")).ok()
 }
 
 /// The whole application as one router.
@@ -71,6 +86,8 @@ pub fn router(services: Services, leptos_options: LeptosOptions, options: HttpOp
         crate::gateway::GatewayOptions { heartbeat_interval: options.heartbeat_interval, metrics: metrics.clone() };
     let metrics_token = crate::metrics::MetricsToken(options.metrics_token.as_deref().map(Arc::from));
     let options = Arc::new(options);
+    let immutable = hash_file().map(|f| assets::hashed_names(&f, OUTPUT_NAME)).unwrap_or_default();
+    let assets = Assets::load(std::path::Path::new(&*state.leptos_options.site_root), &immutable);
 
     Router::new()
         .route("/healthz", get(healthz))
@@ -82,7 +99,7 @@ pub fn router(services: Services, leptos_options: LeptosOptions, options: HttpOp
             let leptos_options = state.leptos_options.clone();
             move || shell(leptos_options.clone())
         })
-        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
+        .fallback(move |state: State<AppState>, req: Request| static_file_or_not_found(assets.clone(), state, req))
         .layer(axum::Extension(gateway))
         .layer(axum::Extension(metrics_token))
         .layer(axum::middleware::from_fn(crate::metrics::count_requests))
@@ -95,6 +112,25 @@ pub fn router(services: Services, leptos_options: LeptosOptions, options: HttpOp
         .with_state(state)
 }
 
+/// The listener to serve the router on: every connection with `TCP_NODELAY`.
+///
+/// Pages are streamed in several writes; with Nagle's algorithm on, a write after the first
+/// waits for the browser's delayed ACK (40 ms on Linux), which capped a server-rendered page
+/// at ~25 responses per connection per second whatever the CPU.
+pub fn no_delay(listener: tokio::net::TcpListener) -> NoDelayListener {
+    use axum::serve::ListenerExt;
+    listener.tap_io(set_no_delay as fn(&mut tokio::net::TcpStream))
+}
+
+/// What [`no_delay`] returns (named, so `ConnectInfo<SocketAddr>` works on it).
+pub type NoDelayListener = axum::serve::TapIo<tokio::net::TcpListener, fn(&mut tokio::net::TcpStream)>;
+
+fn set_no_delay(tcp: &mut tokio::net::TcpStream) {
+    if let Err(err) = tcp.set_nodelay(true) {
+        tracing::debug!(error = %err, "could not set TCP_NODELAY");
+    }
+}
+
 /// The app's page routes, generated once per process.
 ///
 /// While Leptos generates a route list it sets a process-wide flag that parks, forever, every
@@ -105,6 +141,15 @@ pub fn router(services: Services, leptos_options: LeptosOptions, options: HttpOp
 fn page_routes() -> &'static [AxumRouteListing] {
     static ROUTES: OnceLock<Vec<AxumRouteListing>> = OnceLock::new();
     ROUTES.get_or_init(|| generate_route_list(App))
+}
+
+/// A file of the built site, from memory; anything else is Leptos' 404 page.
+async fn static_file_or_not_found(assets: Assets, state: State<AppState>, req: Request) -> Response {
+    if let Some(response) = assets.respond(req.method(), req.uri().path(), req.headers()).await {
+        return response;
+    }
+    let uri = req.uri().clone();
+    leptos_axum::file_and_error_handler::<AppState, _>(shell)(uri, state, req).await
 }
 
 /// `200 ok` when the database answers, `503` otherwise.

@@ -5,6 +5,7 @@
 //! each handler calls `cardpool-service`. The binary in `main.rs` only parses the command line.
 
 pub mod api;
+pub mod assets;
 pub mod config;
 pub mod demo;
 pub mod gateway;

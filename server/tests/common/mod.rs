@@ -70,7 +70,9 @@ impl TestApp {
         let app =
             http::router(services.clone(), http::leptos_options(&config), http::HttpOptions::from_config(&config));
         tokio::spawn(async move {
-            axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await.unwrap();
+            axum::serve(http::no_delay(listener), app.into_make_service_with_connect_info::<SocketAddr>())
+                .await
+                .unwrap();
         });
         TestApp { base, services, stripe: running.stripe, stripe_url: running.url, webhook_secret, _db: db }
     }
