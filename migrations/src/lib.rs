@@ -17,6 +17,7 @@ mod m20261130_000007_rentals;
 mod m20261130_000008_rental_lifecycle;
 mod m20261130_000009_offer_stock;
 mod m20261130_000010_telemetry;
+mod m20261201_000011_offer_stock_market;
 
 pub struct Migrator;
 
@@ -34,6 +35,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000008_rental_lifecycle::Migration),
             Box::new(m20261130_000009_offer_stock::Migration),
             Box::new(m20261130_000010_telemetry::Migration),
+            Box::new(m20261201_000011_offer_stock_market::Migration),
         ]
     }
 }

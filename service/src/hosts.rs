@@ -205,6 +205,7 @@ pub async fn record_heartbeat(services: &Services, host: &hosts::Model) -> AppRe
     if came_online {
         record_event(&txn, host.id, HostStatus::Online, "agent connected", now).await?;
         crate::alerts::resolve(&txn, AlertKind::HostOffline, host.id, None).await?;
+        crate::offers::refresh_stock(&txn, host.id).await?;
     } else {
         hosts::Entity::update_many()
             .col_expr(hosts::Column::LastHeartbeatAt, Expr::value(now))
@@ -260,6 +261,7 @@ async fn set_offline(services: &Services, host_id: i64, reason: &str) -> AppResu
         record_event(&txn, host_id, HostStatus::Offline, reason, now).await?;
         crate::alerts::raise(&txn, AlertKind::HostOffline, host_id, None, None, format!("host went offline: {reason}"))
             .await?;
+        crate::offers::refresh_stock(&txn, host_id).await?;
     }
     txn.commit().await.map_err(internal("committing offline transition"))?;
     if changed {
@@ -468,6 +470,7 @@ pub async fn revoke_host(services: &Services, principal: &Principal, host_id: i6
     row.status = Set(HostStatus::Revoked.as_str().into());
     row.update(&txn).await.map_err(internal("revoking host"))?;
     record_event(&txn, host_id, HostStatus::Revoked, "revoked by its provider", now).await?;
+    crate::offers::refresh_stock(&txn, host_id).await?;
     txn.commit().await.map_err(internal("committing revocation"))?;
     tracing::info!(host.id = host_id, by = principal.user_id, "host revoked");
     Ok(())
@@ -530,6 +533,7 @@ pub async fn update_host_pricing(
         updated_at: Set(Utc::now()),
         ..Default::default()
     };
+    let txn = crate::db::begin_write(&services.db).await.map_err(internal("starting price change"))?;
     host_prices::Entity::insert(row)
         .on_conflict(
             sea_orm::sea_query::OnConflict::columns([host_prices::Column::HostId, host_prices::Column::GpuModel])
@@ -541,9 +545,11 @@ pub async fn update_host_pricing(
                 ])
                 .to_owned(),
         )
-        .exec(&services.db)
+        .exec(&txn)
         .await
         .map_err(internal("saving prices"))?;
+    crate::offers::refresh_stock(&txn, host.id).await?;
+    txn.commit().await.map_err(internal("committing prices"))?;
     tracing::info!(host.id = host.id, model = %price.gpu_model, "prices updated");
     Ok(price.clone())
 }
@@ -570,8 +576,10 @@ pub async fn set_host_listed(services: &Services, principal: &Principal, host_id
             return Err(AppError::conflict(format!("set prices for {} first", unpriced.join(", "))));
         }
     }
+    let txn = crate::db::begin_write(&services.db).await.map_err(internal("starting listing change"))?;
     let mut row = host.into_active_model();
     row.listed = Set(listed);
-    row.update(&services.db).await.map_err(internal("saving listing"))?;
-    Ok(())
+    row.update(&txn).await.map_err(internal("saving listing"))?;
+    crate::offers::refresh_stock(&txn, host_id).await?;
+    txn.commit().await.map_err(internal("committing listing"))
 }

@@ -1,10 +1,13 @@
 //! Offer search: free GPUs of listed, online hosts, per host and model, filtered, sorted and
-//! paged by the database in one query, so it stays fast with thousands of hosts.
+//! paged by the database, so it stays fast with thousands of hosts.
 //!
-//! It reads `offer_stock`, one row of free GPUs per (host, model), which [`refresh_stock`]
-//! recomputes at the end of every transaction that changes a host's GPUs or holds (inventory,
-//! booking, release), so the stock is never stale; host facts, listing, status and prices are
-//! joined live.
+//! It reads `offer_stock`, one row per (host, model) with its free GPUs and the market facts a
+//! search filters and sorts on (on the market or not, prices, location). [`refresh_stock`]
+//! recomputes a host's rows at the end of every transaction that changes any of them: its GPUs
+//! or holds (inventory, booking, release), its status (online, offline, revoked), its listing
+//! and its prices. So the stock is never stale, and a search is an index scan of one table:
+//! the page in index order (joined to `hosts` for its 20 rows' facts), the total from the
+//! same conditions on one narrow index.
 
 use crate::{
     AppError, AppResult, Services,
@@ -62,8 +65,6 @@ struct Row {
     on_demand_micros: i64,
     reserved_micros: i64,
     spot_min_bid_micros: i64,
-    /// How many offers match, whatever the page.
-    total: i64,
 }
 
 #[derive(Debug, FromQueryResult)]
@@ -128,8 +129,8 @@ fn validate(query: &OfferQuery) -> AppResult<Filters> {
     })
 }
 
-/// The free-GPU stock of one host, from its GPUs and their holds. Call it last in a
-/// transaction that changed them: on PostgreSQL it takes the host's advisory lock first, so
+/// The stock of one host: its free GPUs (from its GPUs and their holds) and its market facts
+/// (status, listing, prices, location). Call it last in a transaction that changed any of them: on PostgreSQL it takes the host's advisory lock first, so
 /// concurrent refreshes of one host run one after the other and each sees the one before it
 /// (taken last, the lock never waits inside a lock chain, so it cannot deadlock).
 pub async fn refresh_stock(conn: &impl ConnectionTrait, host_id: i64) -> AppResult<()> {
@@ -153,8 +154,7 @@ pub async fn refresh_stock(conn: &impl ConnectionTrait, host_id: i64) -> AppResu
     .await
     .map_err(internal("clearing host stock"))?;
     let mut insert = Sql { backend, text: String::new(), values: Vec::new() };
-    let host = insert.bind(host_id);
-    let select = stock_select(&mut insert, &format!("g.host_id = {host}"));
+    let select = stock_select(&mut insert, Some(host_id));
     conn.execute_raw(Statement::from_sql_and_values(backend, select, insert.values))
         .await
         .map_err(internal("refreshing host stock"))?;
@@ -166,7 +166,7 @@ pub async fn rebuild_stock(conn: &impl ConnectionTrait) -> AppResult<()> {
     let backend = conn.get_database_backend();
     conn.execute_unprepared("DELETE FROM offer_stock").await.map_err(internal("clearing stock"))?;
     let mut insert = Sql { backend, text: String::new(), values: Vec::new() };
-    let select = stock_select(&mut insert, "1 = 1");
+    let select = stock_select(&mut insert, None);
     conn.execute_raw(Statement::from_sql_and_values(backend, select, insert.values))
         .await
         .map_err(internal("rebuilding stock"))?;
@@ -177,18 +177,32 @@ pub async fn rebuild_stock(conn: &impl ConnectionTrait) -> AppResult<()> {
 const STOCK_LOCK_SPACE: i64 = 0x5354_4f43_0000_0000;
 
 /// `INSERT INTO offer_stock SELECT ...` of the available GPUs matching `which` that no active
-/// hold keeps now or later (a reservation), as booking sees them.
-fn stock_select(sql: &mut Sql, which: &str) -> String {
+/// hold keeps now or later (a reservation), as booking sees them, with the host's market facts.
+/// Parameters are bound in the order they appear (SQLite's `?` are positional).
+fn stock_select(sql: &mut Sql, host_id: Option<i64>) -> String {
+    let listed = sql.bind(true);
+    let online = sql.bind(HostStatus::Online.as_str());
+    let which = match host_id {
+        Some(id) => format!("g.host_id = {}", sql.bind(id)),
+        None => "1 = 1".to_owned(),
+    };
     let active = sql.bind(true);
     let now = sql.bind(Utc::now());
     format!(
         "INSERT INTO offer_stock (host_id, gpu_model, gpus_free, vram_bytes, cuda_version, cuda_version_num, \
-         driver_version, linked) \
-         SELECT g.host_id, g.model, COUNT(g.id), MIN(g.memory_bytes), MIN(g.cuda_version), MIN(g.cuda_version_num), \
-         MIN(g.driver_version), SUM(CASE WHEN g.nvlink_peers <> '[]' THEN 1 ELSE 0 END) \
+         driver_version, linked, on_market, location_key, on_demand_micros, reserved_micros, spot_min_bid_micros) \
+         SELECT a.host_id, a.model, a.free, a.vram, a.cuda, a.cuda_num, a.driver, a.linked, \
+         (h.listed = {listed} AND h.status = {online} AND h.revoked_at IS NULL AND p.host_id IS NOT NULL), \
+         LOWER(h.location), COALESCE(p.on_demand_micros, 0), COALESCE(p.reserved_micros, 0), \
+         COALESCE(p.spot_min_bid_micros, 0) \
+         FROM (SELECT g.host_id AS host_id, g.model AS model, COUNT(g.id) AS free, MIN(g.memory_bytes) AS vram, \
+         MIN(g.cuda_version) AS cuda, MIN(g.cuda_version_num) AS cuda_num, MIN(g.driver_version) AS driver, \
+         SUM(CASE WHEN g.nvlink_peers <> '[]' THEN 1 ELSE 0 END) AS linked \
          FROM gpus g WHERE {which} AND g.state = 'available' \
          AND NOT EXISTS (SELECT 1 FROM rental_gpus rg WHERE rg.gpu_id = g.id AND rg.active = {active} AND rg.ends_at > {now}) \
-         GROUP BY g.host_id, g.model"
+         GROUP BY g.host_id, g.model) a \
+         JOIN hosts h ON h.id = a.host_id \
+         LEFT JOIN host_prices p ON p.host_id = a.host_id AND p.gpu_model = a.model"
     )
 }
 
@@ -197,22 +211,16 @@ pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<O
     let filters = validate(query)?;
     let backend = services.db.get_database_backend();
     let price_col = match filters.kind {
-        RentalKind::OnDemand => "p.on_demand_micros",
-        RentalKind::Reserved => "p.reserved_micros",
-        RentalKind::Spot => "p.spot_min_bid_micros",
+        RentalKind::OnDemand => "s.on_demand_micros",
+        RentalKind::Reserved => "s.reserved_micros",
+        RentalKind::Spot => "s.spot_min_bid_micros",
     };
     let mut sql = Sql { backend, text: String::new(), values: Vec::new() };
-    let listed = sql.bind(true);
-    let online = sql.bind(HostStatus::Online.as_str());
+    let on_market = sql.bind(true);
     let min_gpus = sql.bind(i64::from(filters.min_gpus));
-    let mut conditions = vec![
-        format!("h.listed = {listed}"),
-        format!("h.status = {online}"),
-        "h.revoked_at IS NULL".to_owned(),
-        format!("s.gpus_free >= {min_gpus}"),
-    ];
+    let mut conditions = vec![format!("s.on_market = {on_market}"), format!("s.gpus_free >= {min_gpus}")];
     if let Some(host_id) = filters.host_id {
-        conditions.push(format!("h.id = {}", sql.bind(host_id)));
+        conditions.push(format!("s.host_id = {}", sql.bind(host_id)));
     }
     if let Some(model) = &filters.gpu_model {
         conditions.push(format!("s.gpu_model = {}", sql.bind(model.clone())));
@@ -225,58 +233,48 @@ pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<O
     }
     if let Some(location) = &filters.location {
         let pattern = format!("%{}%", location.to_lowercase().replace(['%', '_'], ""));
-        conditions.push(format!("LOWER(h.location) LIKE {}", sql.bind(pattern)));
+        conditions.push(format!("s.location_key LIKE {}", sql.bind(pattern)));
     }
     if let Some(max_price) = filters.max_price {
         conditions.push(format!("{price_col} <= {}", sql.bind(max_price)));
     }
-    let grouped = format!(
-        "SELECT h.id AS host_id, h.location AS location, h.facts AS facts, h.created_at AS created_at, \
-         s.gpu_model AS gpu_model, s.gpus_free AS gpus_free, s.vram_bytes AS vram_bytes, \
-         s.cuda_version AS cuda_version, s.driver_version AS driver_version, s.linked AS linked, \
-         p.on_demand_micros AS on_demand_micros, p.reserved_micros AS reserved_micros, \
-         p.spot_min_bid_micros AS spot_min_bid_micros \
-         FROM offer_stock s JOIN hosts h ON h.id = s.host_id \
-         JOIN host_prices p ON p.host_id = s.host_id AND p.gpu_model = s.gpu_model \
-         WHERE {}",
-        conditions.join(" AND ")
-    );
+    let conditions = conditions.join(" AND ");
     let order = match filters.sort {
-        OfferSort::Price => format!("{} ASC", price_col.replace("p.", "")),
+        OfferSort::Price => format!("{price_col} ASC"),
         // Micro-dollars per GiB-hour, in integers: price × 1024 / MiB.
-        OfferSort::PricePerVram => {
-            format!(
-                "({} * 1024) / (CASE WHEN vram_bytes < 1048576 THEN 1 ELSE vram_bytes / 1048576 END) ASC",
-                price_col.replace("p.", "")
-            )
-        }
-        OfferSort::Availability => "gpus_free DESC".to_owned(),
+        OfferSort::PricePerVram => format!(
+            "({price_col} * 1024) / (CASE WHEN s.vram_bytes < 1048576 THEN 1 ELSE s.vram_bytes / 1048576 END) ASC"
+        ),
+        OfferSort::Availability => "s.gpus_free DESC".to_owned(),
     };
 
-    // One aggregation per search: the total rides along on every row (a window over the
-    // grouped offers); only a page past the end needs a separate count.
-    let count_sql = format!("SELECT COUNT(*) AS total FROM ({grouped}) AS offers");
+    // The total reads the same conditions alone (no join, one index); the page joins `hosts`
+    // for its own rows only.
+    let count_sql = format!("SELECT COUNT(*) AS total FROM offer_stock s WHERE {conditions}");
     let count_values = sql.values.clone();
     let limit = sql.bind(i64::from(filters.per_page));
     let offset = sql.bind(i64::from(filters.page - 1) * i64::from(filters.per_page));
     sql.text = format!(
-        "SELECT offers.*, COUNT(*) OVER () AS total FROM ({grouped}) AS offers \
-         ORDER BY {order}, host_id ASC, gpu_model ASC LIMIT {limit} OFFSET {offset}"
+        "SELECT s.host_id AS host_id, h.location AS location, h.facts AS facts, h.created_at AS created_at, \
+         s.gpu_model AS gpu_model, s.gpus_free AS gpus_free, s.vram_bytes AS vram_bytes, \
+         s.cuda_version AS cuda_version, s.driver_version AS driver_version, s.linked AS linked, \
+         s.on_demand_micros AS on_demand_micros, s.reserved_micros AS reserved_micros, \
+         s.spot_min_bid_micros AS spot_min_bid_micros \
+         FROM offer_stock s JOIN hosts h ON h.id = s.host_id WHERE {conditions} \
+         ORDER BY {order}, s.host_id ASC, s.gpu_model ASC LIMIT {limit} OFFSET {offset}"
     );
     let rows = Row::find_by_statement(Statement::from_sql_and_values(backend, sql.text, sql.values))
         .all(&services.db)
         .await
         .map_err(internal("searching offers"))?;
-    let total = match rows.first() {
-        Some(row) => row.total.max(0) as u64,
-        None if filters.page > 1 => {
-            Count::find_by_statement(Statement::from_sql_and_values(backend, count_sql, count_values))
-                .one(&services.db)
-                .await
-                .map_err(internal("counting offers"))?
-                .map_or(0, |c| c.total.max(0) as u64)
-        }
-        None => 0,
+    let total = if filters.page == 1 && rows.len() < filters.per_page as usize {
+        rows.len() as u64
+    } else {
+        Count::find_by_statement(Statement::from_sql_and_values(backend, count_sql, count_values))
+            .one(&services.db)
+            .await
+            .map_err(internal("counting offers"))?
+            .map_or(0, |c| c.total.max(0) as u64)
     };
 
     let uptimes = uptimes(&services.db, &rows).await?;

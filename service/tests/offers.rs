@@ -14,6 +14,7 @@ use cardpool_service::{
     backend_tests, hosts, offers,
     testing::{self, Backend},
 };
+use sea_orm::EntityTrait;
 
 async fn provider(services: &Services) -> Principal {
     let me = accounts::sign_up(
@@ -228,4 +229,42 @@ async fn filters_sorts_and_pages_work(backend: Backend) {
     }
 }
 
-backend_tests!(only_live_listed_hosts_are_offered, filters_sorts_and_pages_work);
+/// The stock carries each offer's market facts; every change to them shows in the next search.
+async fn market_changes_show_at_once(backend: Backend) {
+    let (_db, services) = testing::services(backend, Settings::default()).await;
+    let p = provider(&services).await;
+    let fra = host(&services, &p, spec("fra-h100", "Frankfurt, DE", H100, 8, 80, 2_490_000)).await;
+    let pdx = host(&services, &p, spec("pdx-a100", "Oregon, US", A100, 4, 80, 1_290_000)).await;
+    let all = || search(&services, OfferQuery::default());
+    assert_eq!(names(&all().await), ["Oregon, US", "Frankfurt, DE"]);
+
+    let cheaper = GpuModelPrice {
+        gpu_model: H100.into(),
+        on_demand_micros: 990_000,
+        reserved_micros: 800_000,
+        spot_min_bid_micros: 400_000,
+    };
+    hosts::update_host_pricing(&services, &p, fra, &cheaper).await.unwrap();
+    assert_eq!(names(&all().await), ["Frankfurt, DE", "Oregon, US"], "a new price re-sorts");
+    let under_a_dollar = OfferQuery { max_price: Some("1.00".into()), ..OfferQuery::default() };
+    assert_eq!(names(&search(&services, under_a_dollar).await), ["Frankfurt, DE"]);
+    let oregon = OfferQuery { location: Some("OREGON".into()), ..OfferQuery::default() };
+    assert_eq!(names(&search(&services, oregon).await), ["Oregon, US"], "location matches without case");
+
+    hosts::set_host_listed(&services, &p, fra, false).await.unwrap();
+    assert_eq!(names(&all().await), ["Oregon, US"], "unlisted: off the market");
+    hosts::set_host_listed(&services, &p, fra, true).await.unwrap();
+    assert_eq!(all().await.len(), 2, "listed again");
+
+    hosts::mark_silent_hosts_offline(&services, std::time::Duration::ZERO).await.unwrap();
+    assert!(all().await.is_empty(), "offline: off the market");
+    let row = cardpool_service::entities::hosts::Entity::find_by_id(pdx).one(&services.db).await.unwrap().unwrap();
+    hosts::record_heartbeat(&services, &row).await.unwrap();
+    assert_eq!(names(&all().await), ["Oregon, US"], "heard from again: back on the market");
+
+    hosts::revoke_host(&services, &p, pdx).await.unwrap();
+    assert!(all().await.is_empty(), "revoked: off the market");
+    assert_eq!(offers::list_offers(&services, &OfferQuery::default()).await.unwrap().total, 0);
+}
+
+backend_tests!(only_live_listed_hosts_are_offered, filters_sorts_and_pages_work, market_changes_show_at_once);
