@@ -46,7 +46,9 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                 <meta charset="utf-8" />
                 <meta name="viewport" content="width=device-width, initial-scale=1" />
                 <HashedStylesheet options=options.clone() id="leptos" />
-                <HydrationScripts options />
+                // Deferred: the bundle loads at low priority and hydrates when the page is idle
+                // (2 s at most), so it never holds up the server-rendered content's paint.
+                <HydrationScripts options defer=true />
                 <MetaTags />
             </head>
             <body class="h-full">

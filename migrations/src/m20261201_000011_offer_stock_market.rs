@@ -12,10 +12,11 @@ use sea_orm_migration::{prelude::*, schema::*};
 #[derive(DeriveMigrationName)]
 pub struct Migration;
 
-const PRICE_INDEXES: [(&str, OfferStock); 3] = [
+const SORT_INDEXES: [(&str, OfferStock); 4] = [
     ("idx_offer_stock_on_demand", OfferStock::OnDemandMicros),
     ("idx_offer_stock_reserved", OfferStock::ReservedMicros),
     ("idx_offer_stock_spot", OfferStock::SpotMinBidMicros),
+    ("idx_offer_stock_free", OfferStock::GpusFree),
 ];
 
 #[async_trait::async_trait]
@@ -32,37 +33,22 @@ impl MigrationTrait for Migration {
         for mut column in columns {
             manager.alter_table(Table::alter().table(OfferStock::Table).add_column(&mut column).to_owned()).await?;
         }
-        for (name, price) in PRICE_INDEXES {
-            manager
-                .create_index(
-                    Index::create()
-                        .name(name)
-                        .table(OfferStock::Table)
-                        .col(OfferStock::OnMarket)
-                        .col(price)
-                        .col(OfferStock::HostId)
-                        .col(OfferStock::GpuModel)
-                        .to_owned(),
-                )
-                .await?;
-        }
-        manager
-            .create_index(
-                Index::create()
-                    .name("idx_offer_stock_free")
-                    .table(OfferStock::Table)
-                    .col(OfferStock::OnMarket)
-                    .col(OfferStock::GpusFree)
-                    .to_owned(),
-            )
-            .await
+        // Each sort's order, with `gpus_free` last so the count is read from the index alone.
         // The new columns are filled by the stock rebuild every start-up runs.
+        for (name, sort) in SORT_INDEXES {
+            let mut index = Index::create();
+            index.name(name).table(OfferStock::Table).col(OfferStock::OnMarket).col(sort);
+            index.col(OfferStock::HostId).col(OfferStock::GpuModel);
+            if !matches!(sort, OfferStock::GpusFree) {
+                index.col(OfferStock::GpusFree);
+            }
+            manager.create_index(index.to_owned()).await?;
+        }
+        Ok(())
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        for name in
-            ["idx_offer_stock_on_demand", "idx_offer_stock_reserved", "idx_offer_stock_spot", "idx_offer_stock_free"]
-        {
+        for (name, _) in SORT_INDEXES {
             manager.drop_index(Index::drop().name(name).table(OfferStock::Table).to_owned()).await?;
         }
         for column in [

@@ -100,6 +100,7 @@ pub fn router(services: Services, leptos_options: LeptosOptions, options: HttpOp
             move || shell(leptos_options.clone())
         })
         .fallback(move |state: State<AppState>, req: Request| static_file_or_not_found(assets.clone(), state, req))
+        .layer(compression())
         .layer(axum::Extension(gateway))
         .layer(axum::Extension(metrics_token))
         .layer(axum::middleware::from_fn(crate::metrics::count_requests))
@@ -141,6 +142,20 @@ fn set_no_delay(tcp: &mut tokio::net::TcpStream) {
 fn page_routes() -> &'static [AxumRouteListing] {
     static ROUTES: OnceLock<Vec<AxumRouteListing>> = OnceLock::new();
     ROUTES.get_or_init(|| generate_route_list(App))
+}
+
+/// Pages and JSON are compressed on the fly (brotli quality 4, or gzip) when the browser
+/// accepts it. Static files are not (they carry their precompressed encoding already), nor are
+/// live feeds (SSE must not be buffered) or anything else.
+fn compression() -> tower_http::compression::CompressionLayer<impl tower_http::compression::Predicate> {
+    use tower_http::compression::{CompressionLayer, DefaultPredicate, Predicate};
+    let text = |_: StatusCode, _: http::Version, headers: &HeaderMap, _: &http::Extensions| {
+        headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|t| t.starts_with("text/html") || t.starts_with("application/json"))
+    };
+    CompressionLayer::new().br(true).gzip(true).compress_when(DefaultPredicate::new().and(text))
 }
 
 /// A file of the built site, from memory; anything else is Leptos' 404 page.

@@ -325,6 +325,19 @@ async fn pages_health_and_headers(backend: Backend) {
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
     assert!(missing.text().await.unwrap().contains("Page not found"));
 
+    // Pages and JSON go out compressed to a browser that accepts it, and plain to one that
+    // does not (this client decodes neither, so it sees the encoding as sent).
+    for (path, accept, expected) in [
+        ("/offers", "gzip, deflate, br, zstd", Some("br")),
+        ("/api/v1/offers", "gzip", Some("gzip")),
+        ("/offers", "identity", None),
+    ] {
+        let res = client.get(app.url(path)).header(header::ACCEPT_ENCODING, accept).send().await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK, "{path}");
+        let sent = res.headers().get(header::CONTENT_ENCODING).map(|v| v.to_str().unwrap().to_owned());
+        assert_eq!(sent.as_deref(), expected, "{path} with Accept-Encoding: {accept}");
+    }
+
     let doc: Value = app.get_json(&client, "/api/v1/openapi.json").await;
     let mut ids: Vec<String> = doc["paths"]
         .as_object()

@@ -217,8 +217,12 @@ pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<O
     };
     let mut sql = Sql { backend, text: String::new(), values: Vec::new() };
     let on_market = sql.bind(true);
-    let min_gpus = sql.bind(i64::from(filters.min_gpus));
-    let mut conditions = vec![format!("s.on_market = {on_market}"), format!("s.gpus_free >= {min_gpus}")];
+    let mut conditions = vec![format!("s.on_market = {on_market}")];
+    // Every stock row has a free GPU, so the default needs no condition here; without one the
+    // planner walks the sort's index instead of sorting every offer (SQLite has no statistics).
+    if filters.min_gpus > 1 {
+        conditions.push(format!("s.gpus_free >= {}", sql.bind(i64::from(filters.min_gpus))));
+    }
     if let Some(host_id) = filters.host_id {
         conditions.push(format!("s.host_id = {}", sql.bind(host_id)));
     }

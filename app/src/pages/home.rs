@@ -30,7 +30,7 @@ pub fn HomePage() -> impl IntoView {
                     <OfferLine model="2× RTX 4090" place="Warsaw" price="$0.39" />
                     <OfferLine model="1× L40S" place="Singapore" price="$0.79" />
                 </ul>
-                <p class="mt-4 text-xs text-slate-500">"Illustrative prices per GPU-hour."</p>
+                <p class="mt-4 text-xs text-slate-400">"Illustrative prices per GPU-hour."</p>
             </div>
         </section>
 
@@ -63,7 +63,7 @@ fn OfferLine(model: &'static str, place: &'static str, price: &'static str) -> i
                 <p class="font-medium">{model}</p>
                 <p class="text-sm text-slate-400">{place}</p>
             </div>
-            <p class="font-mono text-emerald-400">{price}<span class="text-xs text-slate-500">"/GPU-h"</span></p>
+            <p class="font-mono text-emerald-400">{price}<span class="text-xs text-slate-400">"/GPU-h"</span></p>
         </li>
     }
 }
