@@ -25,7 +25,7 @@ if $check; then
   log=target/run-check.log
   start_server "$root/target/release/cardpool" "$log" --demo --site-root "$root/target/site"
   say "run.sh --check: loading / and /offers in Chromium"
-  if ! (cd end2end && node check-site.mjs "$SERVER_URL" / /offers); then
+  if ! (cd end2end && CARDPOOL_E2E_URL="$SERVER_URL" npx playwright test tests/site.spec.ts --project=desktop); then
     tail -n 50 "$log"
     exit 1
   fi
