@@ -328,7 +328,8 @@ async fn pages_health_and_headers(backend: Backend) {
     // Pages and JSON go out compressed to a browser that accepts it, and plain to one that
     // does not (this client decodes neither, so it sees the encoding as sent).
     for (path, accept, expected) in [
-        ("/offers", "gzip, deflate, br, zstd", Some("br")),
+        ("/offers", "gzip, deflate, br, zstd", Some("gzip")),
+        ("/api/v1/offers", "br", None),
         ("/api/v1/offers", "gzip", Some("gzip")),
         ("/offers", "identity", None),
     ] {
