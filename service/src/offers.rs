@@ -9,11 +9,7 @@
 //! the page in index order (joined to `hosts` for its 20 rows' facts), the total from the
 //! same conditions on one narrow index.
 
-use crate::{
-    AppError, AppResult, Services,
-    entities::{host_events, spot_prices},
-    internal,
-};
+use crate::{AppError, AppResult, Services, entities::host_events, internal};
 use cardpool_domain::{
     host::HostStatus,
     money::parse_dollars,
@@ -65,6 +61,8 @@ struct Row {
     on_demand_micros: i64,
     reserved_micros: i64,
     spot_min_bid_micros: i64,
+    /// The latest spot clearing price, if spot ever cleared there.
+    spot_price_micros: Option<i64>,
 }
 
 #[derive(Debug, FromQueryResult)]
@@ -211,9 +209,9 @@ pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<O
     let filters = validate(query)?;
     let backend = services.db.get_database_backend();
     let price_col = match filters.kind {
-        RentalKind::OnDemand => "s.on_demand_micros",
-        RentalKind::Reserved => "s.reserved_micros",
-        RentalKind::Spot => "s.spot_min_bid_micros",
+        RentalKind::OnDemand => "on_demand_micros",
+        RentalKind::Reserved => "reserved_micros",
+        RentalKind::Spot => "spot_min_bid_micros",
     };
     let mut sql = Sql { backend, text: String::new(), values: Vec::new() };
     let on_market = sql.bind(true);
@@ -240,16 +238,18 @@ pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<O
         conditions.push(format!("s.location_key LIKE {}", sql.bind(pattern)));
     }
     if let Some(max_price) = filters.max_price {
-        conditions.push(format!("{price_col} <= {}", sql.bind(max_price)));
+        conditions.push(format!("s.{price_col} <= {}", sql.bind(max_price)));
     }
     let conditions = conditions.join(" AND ");
-    let order = match filters.sort {
-        OfferSort::Price => format!("{price_col} ASC"),
+    // The sort over the columns of table or alias `t`, ties broken by host and model.
+    let order = |t: &str| match filters.sort {
+        OfferSort::Price => format!("{t}.{price_col} ASC, {t}.host_id ASC, {t}.gpu_model ASC"),
         // Micro-dollars per GiB-hour, in integers: price × 1024 / MiB.
         OfferSort::PricePerVram => format!(
-            "({price_col} * 1024) / (CASE WHEN s.vram_bytes < 1048576 THEN 1 ELSE s.vram_bytes / 1048576 END) ASC"
+            "({t}.{price_col} * 1024) / (CASE WHEN {t}.vram_bytes < 1048576 THEN 1 ELSE {t}.vram_bytes / 1048576 END) \
+             ASC, {t}.host_id ASC, {t}.gpu_model ASC"
         ),
-        OfferSort::Availability => "s.gpus_free DESC".to_owned(),
+        OfferSort::Availability => format!("{t}.gpus_free DESC, {t}.host_id ASC, {t}.gpu_model ASC"),
     };
 
     // The total reads the same conditions alone (no join, one index); the page joins `hosts`
@@ -258,14 +258,19 @@ pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<O
     let count_values = sql.values.clone();
     let limit = sql.bind(i64::from(filters.per_page));
     let offset = sql.bind(i64::from(filters.page - 1) * i64::from(filters.per_page));
+    // The page first (its order from the index), then each of its rows' latest spot price:
+    // an indexed lookup per row of the page, in the same query.
+    let (inner_order, outer_order) = (order("s"), order("page"));
     sql.text = format!(
-        "SELECT s.host_id AS host_id, h.location AS location, h.facts AS facts, h.created_at AS created_at, \
+        "SELECT page.*, (SELECT sp.price_micros FROM spot_prices sp WHERE sp.host_id = page.host_id \
+         AND sp.gpu_model = page.gpu_model ORDER BY sp.at DESC, sp.id DESC LIMIT 1) AS spot_price_micros \
+         FROM (SELECT s.host_id AS host_id, h.location AS location, h.facts AS facts, h.created_at AS created_at, \
          s.gpu_model AS gpu_model, s.gpus_free AS gpus_free, s.vram_bytes AS vram_bytes, \
          s.cuda_version AS cuda_version, s.driver_version AS driver_version, s.linked AS linked, \
          s.on_demand_micros AS on_demand_micros, s.reserved_micros AS reserved_micros, \
          s.spot_min_bid_micros AS spot_min_bid_micros \
          FROM offer_stock s JOIN hosts h ON h.id = s.host_id WHERE {conditions} \
-         ORDER BY {order}, s.host_id ASC, s.gpu_model ASC LIMIT {limit} OFFSET {offset}"
+         ORDER BY {inner_order} LIMIT {limit} OFFSET {offset}) page ORDER BY {outer_order}"
     );
     let rows = Row::find_by_statement(Statement::from_sql_and_values(backend, sql.text, sql.values))
         .all(&services.db)
@@ -282,12 +287,10 @@ pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<O
     };
 
     let uptimes = uptimes(&services.db, &rows).await?;
-    let spot = spot_prices(&services.db, &rows).await?;
     let offers = rows
         .into_iter()
         .map(|row| {
             let facts: Option<HostFacts> = row.facts.as_deref().and_then(|f| serde_json::from_str(f).ok());
-            let spot_price = spot.get(&(row.host_id, row.gpu_model.clone())).copied();
             let gpus = u32::try_from(row.gpus_free).unwrap_or(0);
             // The host's CPU, RAM and disk shared among the GPUs offered.
             let host_gpus = gpus.max(1);
@@ -299,7 +302,10 @@ pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<O
                 on_demand_micros: row.on_demand_micros,
                 reserved_micros: row.reserved_micros,
                 spot_min_bid_micros: row.spot_min_bid_micros,
-                spot_price_micros: spot_price.unwrap_or(row.spot_min_bid_micros).max(row.spot_min_bid_micros),
+                spot_price_micros: row
+                    .spot_price_micros
+                    .unwrap_or(row.spot_min_bid_micros)
+                    .max(row.spot_min_bid_micros),
                 location: row.location,
                 cpu_millicores_per_gpu: facts.as_ref().map(|f| f.cpu_cores.saturating_mul(1000) / host_gpus),
                 ram_bytes_per_gpu: facts.as_ref().map(|f| f.ram_bytes / u64::from(host_gpus)),
@@ -312,25 +318,6 @@ pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<O
         })
         .collect();
     Ok(OfferPage { offers, total, page: filters.page, per_page: filters.per_page })
-}
-
-/// The latest spot clearing price of each offer on the page (one indexed lookup each).
-async fn spot_prices(conn: &impl ConnectionTrait, rows: &[Row]) -> AppResult<HashMap<(i64, String), i64>> {
-    let mut latest = HashMap::new();
-    for row in rows {
-        let price = spot_prices::Entity::find()
-            .filter(spot_prices::Column::HostId.eq(row.host_id))
-            .filter(spot_prices::Column::GpuModel.eq(&row.gpu_model))
-            .order_by_desc(spot_prices::Column::At)
-            .order_by_desc(spot_prices::Column::Id)
-            .one(conn)
-            .await
-            .map_err(internal("loading spot price"))?;
-        if let Some(price) = price {
-            latest.insert((row.host_id, row.gpu_model.clone()), price.price_micros);
-        }
-    }
-    Ok(latest)
 }
 
 /// One offer and its spot clearing prices of the last 24 hours.

@@ -256,6 +256,24 @@ async fn market_changes_show_at_once(backend: Backend) {
     hosts::set_host_listed(&services, &p, fra, true).await.unwrap();
     assert_eq!(all().await.len(), 2, "listed again");
 
+    // Each offer shows its latest spot clearing price (never under the minimum bid).
+    use cardpool_service::entities::spot_prices;
+    let now = chrono::Utc::now();
+    for (model, price, ago) in [(A100, 700_000, 60), (A100, 900_000, 10), (A100, 100_000, 30), (H100, 50_000, 5)] {
+        let row = spot_prices::ActiveModel {
+            host_id: sea_orm::ActiveValue::Set(if model == A100 { pdx } else { fra }),
+            gpu_model: sea_orm::ActiveValue::Set(model.into()),
+            price_micros: sea_orm::ActiveValue::Set(price),
+            at: sea_orm::ActiveValue::Set(now - chrono::Duration::seconds(ago)),
+            ..Default::default()
+        };
+        spot_prices::Entity::insert(row).exec(&services.db).await.unwrap();
+    }
+    let page = offers::list_offers(&services, &OfferQuery::default()).await.unwrap();
+    let spot = |id: i64| page.offers.iter().find(|o| o.host_id == id).unwrap().spot_price_micros;
+    assert_eq!(spot(pdx), 900_000, "the latest clearing price");
+    assert_eq!(spot(fra), 400_000, "never under the minimum bid");
+
     hosts::mark_silent_hosts_offline(&services, std::time::Duration::ZERO).await.unwrap();
     assert!(all().await.is_empty(), "offline: off the market");
     let row = cardpool_service::entities::hosts::Entity::find_by_id(pdx).one(&services.db).await.unwrap().unwrap();
