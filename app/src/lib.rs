@@ -12,9 +12,12 @@ pub mod server_fns;
 #[cfg(feature = "ssr")]
 pub mod ssr;
 
-use components::layout::{Footer, Header};
+use components::{
+    bundle::BundleTags,
+    layout::{Footer, Header},
+};
 use leptos::prelude::*;
-use leptos_meta::{HashedStylesheet, Link, Meta, MetaTags, Title, provide_meta_context};
+use leptos_meta::{Link, Meta, MetaTags, Title, provide_meta_context};
 use leptos_router::{
     components::{Route, Router, Routes},
     path,
@@ -45,10 +48,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
             <head>
                 <meta charset="utf-8" />
                 <meta name="viewport" content="width=device-width, initial-scale=1" />
-                <HashedStylesheet options=options.clone() id="leptos" />
-                // Deferred: the bundle loads at low priority and hydrates when the page is idle
-                // (2 s at most), so it never holds up the server-rendered content's paint.
-                <HydrationScripts options defer=true />
+                <BundleTags options />
                 <MetaTags />
             </head>
             <body class="h-full">

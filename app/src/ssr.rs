@@ -59,6 +59,39 @@ impl Request {
     }
 }
 
+/// The bundle's file names under `pkg/`.
+pub struct BundleNames {
+    pub js: String,
+    pub wasm: String,
+    pub css: String,
+}
+
+/// The bundle's file names: content-hashed, from the `hash.txt` cargo-leptos writes beside the
+/// server binary, when `hash_files` is on; else cargo-leptos' plain names. Read once per
+/// process (the binary and its bundle do not change under it).
+pub fn bundle_names(options: &LeptosOptions) -> &'static BundleNames {
+    static NAMES: std::sync::OnceLock<BundleNames> = std::sync::OnceLock::new();
+    NAMES.get_or_init(|| {
+        let name = &options.output_name;
+        let hashes = options
+            .hash_files
+            .then(|| {
+                let exe = std::env::current_exe().ok()?;
+                std::fs::read_to_string(exe.parent()?.join(options.hash_file.as_ref())).ok()
+            })
+            .flatten()
+            .unwrap_or_default();
+        let file = |kind: &str, ext: &str| {
+            let hash = hashes.lines().filter_map(|l| l.split_once(':')).find(|(k, _)| k.trim() == kind);
+            match hash {
+                Some((_, hash)) => format!("{name}.{}.{ext}", hash.trim()),
+                None => format!("{name}.{ext}"),
+            }
+        };
+        BundleNames { js: file("js", "js"), wasm: file("wasm", "wasm"), css: file("css", "css") }
+    })
+}
+
 /// Sets this page's Content-Security-Policy, allowing only scripts carrying this response's
 /// nonce (Leptos adds it to its hydration and streaming scripts).
 pub fn set_content_security_policy() {
