@@ -7,8 +7,8 @@
 //! few megabytes, so it is read once at start-up, with the brotli and gzip siblings that
 //! `cargo leptos build --release --precompress` writes beside each file, and answered from
 //! memory: the best encoding the browser accepts, a strong `ETag` (304 on a match), and
-//! `Cache-Control: immutable` for the content-hashed bundle files (`ssr::bundle_names`; their
-//! name changes whenever their bytes do), `no-cache` (revalidate) for the rest.
+//! `Cache-Control: immutable` for the content-hashed files cargo-leptos names in `hash.txt`
+//! (their name changes whenever their bytes do), `no-cache` (revalidate) for the rest.
 //!
 //! Under `cargo leptos watch` (`LEPTOS_WATCH` set) files change while the server runs, so they
 //! are read from disk on each request instead.
@@ -49,6 +49,24 @@ pub struct Assets {
     files: Arc<HashMap<String, Asset>>,
     /// Where to read from per request instead (`cargo leptos watch`).
     live_root: Option<PathBuf>,
+}
+
+/// The content-hashed names of the bundle, from the `hash.txt` cargo-leptos writes beside the
+/// server binary when `hash-files` is on (lines `js: HASH`, `wasm: HASH`, `css: HASH`).
+pub fn hashed_names(hash_file: &str, output_name: &str) -> Vec<String> {
+    hash_file
+        .lines()
+        .filter_map(|line| line.split_once(':'))
+        .filter_map(|(kind, hash)| {
+            let ext = match kind.trim() {
+                "js" => "js",
+                "wasm" => "wasm",
+                "css" => "css",
+                _ => return None,
+            };
+            Some(format!("{output_name}.{}.{ext}", hash.trim()))
+        })
+        .collect()
 }
 
 impl Assets {
@@ -280,5 +298,11 @@ mod tests {
         assert!(assets.respond(&m, "/missing.js", &get(None, None)).await.is_none());
         assert!(assets.respond(&m, "/pkg/../favicon.svg", &get(None, None)).await.is_none());
         assert!(assets.respond(&Method::POST, "/favicon.svg", &get(None, None)).await.is_none());
+    }
+
+    #[test]
+    fn reads_cargo_leptos_hash_file() {
+        let names = hashed_names("js: AbC\nwasm: dEf\ncss: GhI\nsplit: x\n", "cardpool");
+        assert_eq!(names, ["cardpool.AbC.js", "cardpool.dEf.wasm", "cardpool.GhI.css"]);
     }
 }

@@ -1,6 +1,9 @@
 //! The HTTP stack: routes, sessions and the middleware every request passes through.
 
-use crate::{Config, api, assets::Assets};
+use crate::{
+    Config, api,
+    assets::{self, Assets},
+};
 use axum::{
     Router,
     extract::{ConnectInfo, Request, State},
@@ -83,13 +86,7 @@ pub fn router(services: Services, leptos_options: LeptosOptions, options: HttpOp
         crate::gateway::GatewayOptions { heartbeat_interval: options.heartbeat_interval, metrics: metrics.clone() };
     let metrics_token = crate::metrics::MetricsToken(options.metrics_token.as_deref().map(Arc::from));
     let options = Arc::new(options);
-    // The bundle's content-hashed names (the same ones the pages link) are cached for good.
-    let immutable = if state.leptos_options.hash_files {
-        let names = cardpool_app::ssr::bundle_names(&state.leptos_options);
-        vec![names.js.clone(), names.wasm.clone(), names.css.clone()]
-    } else {
-        Vec::new()
-    };
+    let immutable = hash_file().map(|f| assets::hashed_names(&f, OUTPUT_NAME)).unwrap_or_default();
     let assets = Assets::load(std::path::Path::new(&*state.leptos_options.site_root), &immutable);
 
     Router::new()
