@@ -42,16 +42,21 @@ cleanup() {
 trap cleanup EXIT
 e2e_tmp=$(mktemp -d)
 rm -rf end2end/screenshots
-mkdir -p end2end/test-results
+# Playwright empties end2end/test-results/ when it starts, so the servers log beside the build.
+mkdir -p target/e2e-logs
 
 # Playwright against the release server run.sh --check just built and checked.
 e2e() {
   local backend=$1 url=$2
   say "Playwright on $backend"
-  start_server "$PWD/target/release/cardpool" "end2end/test-results/server-$backend.log" \
+  start_server "$PWD/target/release/cardpool" "target/e2e-logs/server-$backend.log" \
     --database-url "$url" --demo --site-root "$PWD/target/site"
-  (cd end2end && CARDPOOL_E2E_URL="$SERVER_URL" CARDPOOL_E2E_BACKEND="$backend" \
-    CARDPOOL_AGENT_BIN="$PWD/../target/debug/cardpool-agent" npx playwright test)
+  if ! (cd end2end && CARDPOOL_E2E_URL="$SERVER_URL" CARDPOOL_E2E_BACKEND="$backend" \
+    CARDPOOL_AGENT_BIN="$PWD/../target/debug/cardpool-agent" npx playwright test); then
+    say "Playwright failed on $backend; the server's log (target/e2e-logs/server-$backend.log) ends:"
+    tail -n 80 "target/e2e-logs/server-$backend.log"
+    exit 1
+  fi
   stop_server
 }
 

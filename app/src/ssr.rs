@@ -107,6 +107,29 @@ pub fn set_content_security_policy() {
     }
 }
 
+/// The one shape of a server function for a signed-in caller: the request (services, session,
+/// client address) and the caller are found, `call` runs, and a failure is answered with the
+/// API's status mapping (see [`respond`]). A visitor gets `Unauthorized`.
+pub async fn signed_in<T, Fut>(call: impl FnOnce(Request, Principal) -> Fut) -> Result<T, AppError>
+where
+    Fut: Future<Output = Result<T, AppError>>,
+{
+    respond(async move {
+        let req = Request::current().await?;
+        let principal = req.principal().await?;
+        call(req, principal).await
+    })
+    .await
+}
+
+/// Like [`signed_in`], for server functions open to visitors too.
+pub async fn anyone<T, Fut>(call: impl FnOnce(Request) -> Fut) -> Result<T, AppError>
+where
+    Fut: Future<Output = Result<T, AppError>>,
+{
+    respond(async move { call(Request::current().await?).await }).await
+}
+
 /// Runs a server function's body and gives a failure the same HTTP status (and `Retry-After`)
 /// the JSON API would, instead of server_fn's blanket 500.
 pub async fn respond<T>(body: impl Future<Output = Result<T, AppError>>) -> Result<T, AppError> {

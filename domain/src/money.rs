@@ -4,6 +4,8 @@
 
 /// Micro-dollars per dollar.
 pub const MICROS_PER_DOLLAR: i64 = 1_000_000;
+/// Micro-dollars per cent, Stripe's unit for USD.
+pub const MICROS_PER_CENT: i64 = MICROS_PER_DOLLAR / 100;
 
 /// Parses a dollar amount such as `2.49`, `$0.5` or `12` into micro-dollars, exactly.
 /// At most six decimal places; negative amounts and exponents are refused.

@@ -313,7 +313,7 @@ async fn main() {
         let conn = db.connect().await;
         let seeding = Instant::now();
         seed(&conn, count).await;
-        cardpool_service::offers::rebuild_stock(&conn).await.expect("stock");
+        cardpool_service::stock::rebuild_stock(&conn).await.expect("stock");
         drop(conn);
         println!("\n[{name}] seeded {count} hosts in {:.1} s", seeding.elapsed().as_secs_f64());
         let server = start_server(&db.url).await;

@@ -88,7 +88,8 @@ pub async fn seed(services: &Services) -> AppResult<bool> {
     }
     for (email, _) in DEMO_ACCOUNTS {
         let me =
-            accounts::sign_up(services, &SignUpRequest { email: email.into(), password: DEMO_PASSWORD.into() }).await?;
+            accounts::create_account(services, &SignUpRequest { email: email.into(), password: DEMO_PASSWORD.into() })
+                .await?;
         let principal = Principal { user_id: me.id, email: me.email, roles: me.roles, credential: Credential::Session };
         if email.starts_with("provider") {
             accounts::enable_provider(services, &principal).await?;

@@ -14,7 +14,7 @@
 //! Telemetry: each batch is stored by `telemetry::ingest` and acknowledged only after it is
 //! committed; the agent replays anything unacknowledged on its next connection.
 
-use crate::api::ApiError;
+use crate::edges::ApiError;
 use axum::{
     Extension,
     extract::{

@@ -3,6 +3,7 @@
 use crate::{
     Config, api,
     assets::{self, Assets},
+    edges::{ApiError, SESSION_COOKIE},
 };
 use axum::{
     Router,
@@ -21,9 +22,6 @@ use std::{
     sync::{Arc, OnceLock},
 };
 use tower_sessions::{Expiry, SessionManagerLayer, cookie::SameSite};
-
-/// Name of the session cookie.
-pub const SESSION_COOKIE: &str = "cardpool_session";
 
 /// Options of the HTTP layer that come from configuration.
 #[derive(Clone, Debug)]
@@ -203,7 +201,7 @@ async fn reject_cross_site(State(options): State<Arc<HttpOptions>>, req: Request
         Ok(()) => next.run(req).await,
         Err(reason) => {
             tracing::warn!(path = %req.uri().path(), reason, "cross-site request refused");
-            api::ApiError(cardpool_domain::AppError::forbidden(format!("cross-site request refused: {reason}")))
+            ApiError(cardpool_domain::AppError::forbidden(format!("cross-site request refused: {reason}")))
                 .into_response()
         }
     }

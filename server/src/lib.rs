@@ -8,6 +8,7 @@ pub mod api;
 pub mod assets;
 pub mod config;
 pub mod demo;
+pub mod edges;
 pub mod gateway;
 pub mod http;
 pub mod local_stripe;

@@ -171,7 +171,7 @@ async fn serve(config_file: Option<&std::path::Path>, args: ServeArgs) -> anyhow
     };
     let services = services_with(&config, settings).await?;
     // Holds may have ended while the server was down: the market's stock is recomputed once.
-    cardpool_service::offers::rebuild_stock(&services.db).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    cardpool_service::stock::rebuild_stock(&services.db).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     if args.demo && demo::seed(&services).await.map_err(|e| anyhow::anyhow!("{e}"))? {
         tracing::info!("seeded demo accounts");
         eprintln!("\nDemo accounts (password: {}):", demo::DEMO_PASSWORD);

@@ -2,19 +2,17 @@
 
 use crate::{
     AppError, AppResult, Services,
-    auth::{Credential, Principal, roles_of},
-    db::begin_write,
+    auth::{self, Credential, Principal, roles_of},
+    db::{DbResultExt, Violation, begin_write},
     entities::users,
-    internal,
 };
 use cardpool_domain::account::{
     ChangePasswordRequest, Email, Me, NewAccount, Password, SignInRequest, SignUpRequest, UserSummary,
 };
 use chrono::Utc;
-use sea_orm::{
-    ActiveModelTrait, ActiveValue::Set, ColumnTrait, EntityTrait, IntoActiveModel, QueryFilter, QueryOrder, SqlErr,
-};
+use sea_orm::{ActiveModelTrait, ActiveValue::Set, ColumnTrait, EntityTrait, IntoActiveModel, QueryFilter, QueryOrder};
 use std::net::IpAddr;
+use tower_sessions::Session;
 
 fn me(user: &users::Model) -> Me {
     Me { id: user.id, email: user.email.clone(), roles: roles_of(user), created_at: user.created_at }
@@ -33,26 +31,49 @@ async fn insert_account(services: &Services, account: &NewAccount, admin: bool) 
         updated_at: Set(now),
         ..Default::default()
     };
-    row.insert(&services.db).await.map_err(|err| match err.sql_err() {
-        Some(SqlErr::UniqueConstraintViolation(_)) => {
-            AppError::invalid_field("email", "an account with this email already exists")
-        }
-        _ => internal("inserting account")(err),
-    })
+    row.insert(&services.db).await.or_violation(
+        Violation::Unique,
+        || AppError::invalid_field("email", "an account with this email already exists"),
+        "inserting account",
+    )
 }
 
-/// Creates a renter account. The caller signs it in (see [`crate::auth::start_session`]).
-pub async fn sign_up(services: &Services, request: &SignUpRequest) -> AppResult<Me> {
+/// Creates a renter account and signs `session` in as it.
+pub async fn sign_up(services: &Services, session: &Session, request: &SignUpRequest) -> AppResult<Me> {
+    let me = create_account(services, request).await?;
+    auth::start_session(session, me.id, 0).await?;
+    Ok(me)
+}
+
+/// Creates a renter account without signing anyone in (the demo's accounts, tests).
+pub async fn create_account(services: &Services, request: &SignUpRequest) -> AppResult<Me> {
     let account = request.validate()?;
     let user = insert_account(services, &account, false).await?;
     tracing::info!(user.id = user.id, "account created");
     Ok(me(&user))
 }
 
+/// Signs `session` in after checking the credentials (see [`check_credentials`]); the session
+/// gets a fresh id.
+pub async fn sign_in(
+    services: &Services,
+    session: &Session,
+    request: &SignInRequest,
+    client_ip: Option<IpAddr>,
+) -> AppResult<Me> {
+    let (me, epoch) = check_credentials(services, request, client_ip).await?;
+    auth::start_session(session, me.id, epoch).await?;
+    Ok(me)
+}
+
 /// Checks credentials under the sign-in throttle. Returns the account and its session epoch.
 ///
 /// Unknown email and wrong password take the same time and give the same error.
-pub async fn sign_in(services: &Services, request: &SignInRequest, client_ip: Option<IpAddr>) -> AppResult<(Me, i64)> {
+pub async fn check_credentials(
+    services: &Services,
+    request: &SignInRequest,
+    client_ip: Option<IpAddr>,
+) -> AppResult<(Me, i64)> {
     let key = request.email.trim().to_lowercase();
     if key.is_empty() || request.password.is_empty() {
         return Err(AppError::InvalidCredentials);
@@ -65,7 +86,7 @@ pub async fn sign_in(services: &Services, request: &SignInRequest, client_ip: Op
         .filter(users::Column::Email.eq(&key))
         .one(&services.db)
         .await
-        .map_err(internal("loading account for sign-in"))?;
+        .context("loading account for sign-in")?;
     let ok = services.passwords.verify(&request.password, user.as_ref().map(|u| u.password_hash.as_str())).await?;
     match user {
         Some(user) if ok => {
@@ -85,7 +106,7 @@ async fn load_user(services: &Services, user_id: i64) -> AppResult<users::Model>
     users::Entity::find_by_id(user_id)
         .one(&services.db)
         .await
-        .map_err(internal("loading account"))?
+        .context("loading account")?
         .ok_or_else(|| AppError::not_found("account"))
 }
 
@@ -94,9 +115,21 @@ pub async fn get_me(services: &Services, principal: &Principal) -> AppResult<Me>
     Ok(me(&load_user(services, principal.user_id).await?))
 }
 
+/// Changes the caller's password (see [`set_password`]); every other session of the account
+/// ends, and `session`, the caller's own, stays signed in with a fresh id.
+pub async fn change_password(
+    services: &Services,
+    session: &Session,
+    principal: &Principal,
+    request: &ChangePasswordRequest,
+) -> AppResult<()> {
+    let epoch = set_password(services, principal, request).await?;
+    auth::refresh_session_epoch(session, epoch).await
+}
+
 /// Changes the caller's password after checking the current one. Every other session of the
 /// account ends; returns the new session epoch so the caller's own session can stay valid.
-pub async fn change_password(
+pub async fn set_password(
     services: &Services,
     principal: &Principal,
     request: &ChangePasswordRequest,
@@ -115,19 +148,19 @@ pub async fn change_password(
     }
     let new_hash = services.passwords.hash(new_password.expose()).await?;
 
-    let txn = begin_write(&services.db).await.map_err(internal("starting password change"))?;
+    let txn = begin_write(&services.db).await.context("starting password change")?;
     let current = users::Entity::find_by_id(user.id)
         .one(&txn)
         .await
-        .map_err(internal("reloading account"))?
+        .context("reloading account")?
         .ok_or_else(|| AppError::not_found("account"))?;
     let epoch = current.session_epoch + 1;
     let mut row = current.into_active_model();
     row.password_hash = Set(new_hash);
     row.session_epoch = Set(epoch);
     row.updated_at = Set(Utc::now());
-    row.update(&txn).await.map_err(internal("saving new password"))?;
-    txn.commit().await.map_err(internal("committing password change"))?;
+    row.update(&txn).await.context("saving new password")?;
+    txn.commit().await.context("committing password change")?;
     tracing::info!(user.id = user.id, "password changed; other sessions ended");
     Ok(epoch)
 }
@@ -138,11 +171,11 @@ async fn set_flags(
     provider: Option<bool>,
     admin: Option<bool>,
 ) -> AppResult<users::Model> {
-    let txn = crate::db::begin_write(&services.db).await.map_err(internal("starting role change"))?;
+    let txn = crate::db::begin_write(&services.db).await.context("starting role change")?;
     let user = users::Entity::find_by_id(user_id)
         .one(&txn)
         .await
-        .map_err(internal("loading account"))?
+        .context("loading account")?
         .ok_or_else(|| AppError::not_found("account"))?;
     let mut row = user.into_active_model();
     if let Some(provider) = provider {
@@ -152,8 +185,8 @@ async fn set_flags(
         row.is_admin = Set(admin);
     }
     row.updated_at = Set(Utc::now());
-    let user = row.update(&txn).await.map_err(internal("saving roles"))?;
-    txn.commit().await.map_err(internal("committing role change"))?;
+    let user = row.update(&txn).await.context("saving roles")?;
+    txn.commit().await.context("committing role change")?;
     Ok(user)
 }
 
@@ -167,11 +200,8 @@ pub async fn enable_provider(services: &Services, principal: &Principal) -> AppR
 /// Every account, newest first (admins only).
 pub async fn list_users(services: &Services, principal: &Principal) -> AppResult<Vec<UserSummary>> {
     principal.require_admin()?;
-    let users = users::Entity::find()
-        .order_by_desc(users::Column::Id)
-        .all(&services.db)
-        .await
-        .map_err(internal("listing accounts"))?;
+    let users =
+        users::Entity::find().order_by_desc(users::Column::Id).all(&services.db).await.context("listing accounts")?;
     Ok(users
         .iter()
         .map(|u| UserSummary { id: u.id, email: u.email.clone(), roles: roles_of(u), created_at: u.created_at })
@@ -201,7 +231,7 @@ pub async fn create_admin(services: &Services, email: &str, password: Option<&st
         .filter(users::Column::Email.eq(email.as_str()))
         .one(&services.db)
         .await
-        .map_err(internal("loading account"))?;
+        .context("loading account")?;
     if let Some(user) = existing {
         set_flags(services, user.id, None, Some(true)).await?;
         return Ok(AdminCreated::Promoted);
@@ -216,7 +246,7 @@ pub async fn create_admin(services: &Services, email: &str, password: Option<&st
 /// Number of accounts (the demo seeds only an empty database).
 pub async fn count_users(services: &Services) -> AppResult<u64> {
     use sea_orm::PaginatorTrait;
-    users::Entity::find().count(&services.db).await.map_err(internal("counting accounts"))
+    users::Entity::find().count(&services.db).await.context("counting accounts")
 }
 
 /// The account with `email`, as a principal, for operator tooling that acts on an account's
@@ -226,7 +256,7 @@ pub async fn principal_for_email(services: &Services, email: &str) -> AppResult<
         .filter(users::Column::Email.eq(email.trim().to_lowercase()))
         .one(&services.db)
         .await
-        .map_err(internal("loading account"))?
+        .context("loading account")?
         .ok_or_else(|| AppError::not_found("account"))?;
     Ok(Principal::from_user(&user, Credential::Session))
 }

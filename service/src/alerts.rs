@@ -10,8 +10,8 @@
 use crate::{
     AppError, AppResult, Services,
     auth::Principal,
+    db::DbResultExt,
     entities::{alerts, hosts},
-    internal,
 };
 use cardpool_domain::{
     rentals::RentalState,
@@ -82,7 +82,7 @@ pub(crate) async fn raise(
         Some(index) => open.filter(alerts::Column::GpuIndex.eq(index as i32)),
         None => open.filter(alerts::Column::GpuIndex.is_null()),
     };
-    if open.count(conn).await.map_err(internal("checking open alerts"))? > 0 {
+    if open.count(conn).await.context("checking open alerts")? > 0 {
         return Ok(false);
     }
     alerts::ActiveModel {
@@ -96,7 +96,7 @@ pub(crate) async fn raise(
     }
     .insert(conn)
     .await
-    .map_err(internal("raising alert"))?;
+    .context("raising alert")?;
     tracing::warn!(kind = kind.as_str(), host_id, ?gpu, "alert raised");
     Ok(true)
 }
@@ -117,7 +117,7 @@ pub(crate) async fn resolve(
         Some(index) => update.filter(alerts::Column::GpuIndex.eq(index as i32)),
         None => update.filter(alerts::Column::GpuIndex.is_null()),
     };
-    update.exec(conn).await.map_err(internal("resolving alert"))?;
+    update.exec(conn).await.context("resolving alert")?;
     Ok(())
 }
 
@@ -137,7 +137,7 @@ pub(crate) async fn observe(
             .filter(alerts::Column::ResolvedAt.is_null())
             .all(&services.db)
             .await
-            .map_err(internal("loading open alerts"))?;
+            .context("loading open alerts")?;
         let mut inner = memory.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.loaded.insert(host_id);
         for alert in open {
@@ -266,7 +266,7 @@ pub(crate) async fn count_open(services: &Services, provider: Option<i64>) -> Ap
             ),
         );
     }
-    Ok(query.count(&services.db).await.map_err(internal("counting alerts"))? as u32)
+    Ok(query.count(&services.db).await.context("counting alerts")? as u32)
 }
 
 /// Alerts newest first: every host's for admins, the caller's own hosts' for providers.
@@ -275,20 +275,15 @@ pub async fn list_alerts(services: &Services, principal: &Principal) -> AppResul
     if !principal.roles.admin {
         host_query = host_query.filter(hosts::Column::ProviderId.eq(principal.user_id));
     }
-    let labels: HashMap<i64, String> = host_query
-        .all(&services.db)
-        .await
-        .map_err(internal("loading hosts"))?
-        .into_iter()
-        .map(|h| (h.id, h.hostname))
-        .collect();
+    let labels: HashMap<i64, String> =
+        host_query.all(&services.db).await.context("loading hosts")?.into_iter().map(|h| (h.id, h.hostname)).collect();
     let rows = alerts::Entity::find()
         .filter(alerts::Column::HostId.is_in(labels.keys().copied()))
         .order_by_desc(alerts::Column::Id)
         .limit(200)
         .all(&services.db)
         .await
-        .map_err(internal("loading alerts"))?;
+        .context("loading alerts")?;
     Ok(rows
         .into_iter()
         .filter_map(|a| {
@@ -315,7 +310,7 @@ pub async fn acknowledge(services: &Services, principal: &Principal, alert_id: i
     let alert = alerts::Entity::find_by_id(alert_id)
         .one(&services.db)
         .await
-        .map_err(internal("loading alert"))?
+        .context("loading alert")?
         .ok_or_else(|| AppError::not_found("alert"))?;
     if alert.acknowledged_at.is_some() {
         return Ok(());
@@ -328,7 +323,7 @@ pub async fn acknowledge(services: &Services, principal: &Principal, alert_id: i
     if is_event && alert.resolved_at.is_none() {
         update.resolved_at = Set(Some(now));
     }
-    update.update(&services.db).await.map_err(internal("acknowledging alert"))?;
+    update.update(&services.db).await.context("acknowledging alert")?;
     if is_event {
         let key = (AlertKind::XidError, alert.host_id, alert.gpu_index.and_then(|g| u32::try_from(g).ok()));
         services.telemetry.alerts.inner.lock().unwrap_or_else(|p| p.into_inner()).open.remove(&key);

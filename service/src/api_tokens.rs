@@ -7,8 +7,8 @@
 use crate::{
     AppError, AppResult, Services,
     auth::{Credential, Principal},
+    db::DbResultExt,
     entities::{api_tokens, users},
-    internal,
 };
 use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
 use cardpool_domain::account::{ApiToken, CreateApiTokenRequest, CreatedApiToken};
@@ -52,7 +52,7 @@ pub async fn create_api_token(
         .filter(api_tokens::Column::RevokedAt.is_null())
         .count(&services.db)
         .await
-        .map_err(internal("counting tokens"))?;
+        .context("counting tokens")?;
     if active >= MAX_ACTIVE_TOKENS {
         return Err(AppError::conflict(format!(
             "you already have {MAX_ACTIVE_TOKENS} active tokens; revoke one first"
@@ -73,7 +73,7 @@ pub async fn create_api_token(
     }
     .insert(&services.db)
     .await
-    .map_err(internal("inserting token"))?;
+    .context("inserting token")?;
     tracing::info!(user.id = principal.user_id, token.id = row.id, "api token created");
     Ok(CreatedApiToken { token: dto(&row), secret })
 }
@@ -86,7 +86,7 @@ pub async fn list_api_tokens(services: &Services, principal: &Principal) -> AppR
         .order_by_desc(api_tokens::Column::Id)
         .all(&services.db)
         .await
-        .map_err(internal("listing tokens"))?;
+        .context("listing tokens")?;
     Ok(rows.iter().map(dto).collect())
 }
 
@@ -97,26 +97,13 @@ pub async fn revoke_api_token(services: &Services, principal: &Principal, token_
         .filter(api_tokens::Column::RevokedAt.is_null())
         .one(&services.db)
         .await
-        .map_err(internal("loading token"))?
+        .context("loading token")?
         .ok_or_else(|| AppError::not_found("token"))?;
     let mut row = row.into_active_model();
     row.revoked_at = Set(Some(Utc::now()));
-    row.update(&services.db).await.map_err(internal("revoking token"))?;
+    row.update(&services.db).await.context("revoking token")?;
     tracing::info!(user.id = principal.user_id, token.id = token_id, "api token revoked");
     Ok(())
-}
-
-/// The account behind token `token_id` if the token is still good (not revoked), with the
-/// account's current roles; for requests that outlive their authentication.
-pub async fn still_valid(services: &Services, token_id: i64) -> AppResult<Option<Principal>> {
-    let found = api_tokens::Entity::find_by_id(token_id)
-        .filter(api_tokens::Column::RevokedAt.is_null())
-        .find_also_related(users::Entity)
-        .one(&services.db)
-        .await
-        .map_err(internal("loading token"))?;
-    Ok(found
-        .and_then(|(token, user)| user.map(|u| Principal::from_user(&u, Credential::ApiToken { token_id: token.id }))))
 }
 
 /// Resolves a bearer secret to its account. Unknown, malformed and revoked tokens are all
@@ -131,7 +118,7 @@ pub async fn authenticate(services: &Services, secret: &str) -> AppResult<Princi
         .find_also_related(users::Entity)
         .one(&services.db)
         .await
-        .map_err(internal("loading token"))?;
+        .context("loading token")?;
     let Some((token, Some(user))) = found else {
         return Err(AppError::Unauthorized);
     };

@@ -4,10 +4,14 @@
 //! Changing the password bumps the epoch, which kills every other session of the account at
 //! its next request; the absolute lifetime caps a session however active it stays.
 
-use crate::{AppError, AppResult, Services, entities::users, internal};
+use crate::{
+    AppError, AppResult, Services,
+    db::DbResultExt,
+    entities::{api_tokens, users},
+};
 use cardpool_domain::account::Roles;
 use chrono::Utc;
-use sea_orm::EntityTrait;
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 use std::time::Duration;
 use tower_sessions::Session;
 
@@ -114,7 +118,7 @@ async fn signed_in(
     if u64::try_from(age).map_or(true, |age| age > services.settings.session.absolute.as_secs()) {
         return Ok(None);
     }
-    let user = users::Entity::find_by_id(user_id).one(&services.db).await.map_err(internal("loading session user"))?;
+    let user = users::Entity::find_by_id(user_id).one(&services.db).await.context("loading session user")?;
     Ok(user
         .filter(|user| epoch == Some(user.session_epoch))
         .map(|user| Principal::from_user(&user, Credential::Session)))
@@ -130,7 +134,7 @@ pub async fn reauthenticate(
     session: Option<tower_sessions::session::Id>,
 ) -> AppResult<Option<Principal>> {
     match principal.credential {
-        Credential::ApiToken { token_id } => crate::api_tokens::still_valid(services, token_id).await,
+        Credential::ApiToken { token_id } => token_still_valid(services, token_id).await,
         Credential::Session => {
             let Some(id) = session else { return Ok(None) };
             let store = crate::session_store::DbSessionStore::new(services.db.clone());
@@ -150,6 +154,19 @@ pub async fn reauthenticate(
             }
         }
     }
+}
+
+/// The account behind token `token_id` if the token is still good (not revoked), with the
+/// account's current roles; for requests that outlive their authentication.
+async fn token_still_valid(services: &Services, token_id: i64) -> AppResult<Option<Principal>> {
+    let found = api_tokens::Entity::find_by_id(token_id)
+        .filter(api_tokens::Column::RevokedAt.is_null())
+        .find_also_related(users::Entity)
+        .one(&services.db)
+        .await
+        .context("loading token")?;
+    Ok(found
+        .and_then(|(token, user)| user.map(|u| Principal::from_user(&u, Credential::ApiToken { token_id: token.id }))))
 }
 
 /// Like [`principal_from_session`], but a missing sign-in is `Unauthorized`.

@@ -3,11 +3,21 @@
 //! SQLite runs in WAL mode with a busy timeout and foreign keys on. Writes that read first go
 //! through [`begin_write`], which on SQLite is `BEGIN IMMEDIATE`: the write lock is taken up
 //! front, so two such transactions queue instead of failing with `SQLITE_BUSY` halfway.
+//!
+//! Database errors leave the service through [`DbResultExt`]: an unexpected one is logged once
+//! with what was being done and becomes the client-safe [`AppError::Internal`]; a broken rule
+//! the service expects (a duplicate email, an overlapping GPU hold) is recognised by its
+//! SQLSTATE and constraint name ([`Violation`]), never by matching error text.
 
+use crate::{AppError, AppResult};
 use cardpool_migrations::{Migrator, MigratorTrait};
 use sea_orm::{
-    ConnectOptions, Database, DatabaseConnection, DatabaseTransaction, DbErr, TransactionOptions, TransactionTrait,
-    sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous},
+    ConnectOptions, Database, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, RuntimeErr,
+    TransactionOptions, TransactionTrait, Value,
+    sqlx::{
+        self,
+        sqlite::{SqliteJournalMode, SqliteSynchronous},
+    },
 };
 use std::time::Duration;
 
@@ -57,4 +67,80 @@ pub async fn begin_write(db: &DatabaseConnection) -> Result<DatabaseTransaction,
 /// Whether the database answers a trivial query (used by `/healthz`).
 pub async fn ping(db: &DatabaseConnection) -> bool {
     db.ping().await.is_ok()
+}
+
+/// A rule of the schema that a write can break and the service answers for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Violation {
+    /// Any unique constraint or index (SQLSTATE 23505; SQLite's `SQLITE_CONSTRAINT_UNIQUE` or
+    /// `_PRIMARYKEY`).
+    Unique,
+    /// The named constraint: on PostgreSQL the constraint the error names; on SQLite a trigger
+    /// that aborts with this name as its message (SQLite has no exclusion constraints).
+    Named(&'static str),
+}
+
+impl Violation {
+    /// Whether `err` is this violation.
+    pub(crate) fn matches(self, err: &DbErr) -> bool {
+        let (DbErr::Exec(RuntimeErr::SqlxError(err)) | DbErr::Query(RuntimeErr::SqlxError(err))) = err else {
+            return false;
+        };
+        let sqlx::Error::Database(err) = &**err else {
+            return false;
+        };
+        let code = err.code().unwrap_or_default();
+        match self {
+            Violation::Unique => matches!(code.as_ref(), "23505" | "2067" | "1555"),
+            Violation::Named(name) => err.constraint() == Some(name) || err.message() == name,
+        }
+    }
+}
+
+/// Turns database results into service results.
+pub(crate) trait DbResultExt<T> {
+    /// An unexpected failure: logged once with `doing` (what the service was doing) and
+    /// answered as [`AppError::Internal`].
+    fn context(self, doing: &'static str) -> AppResult<T>;
+
+    /// A broken `rule` is answered with `answer()`; any other failure as in [`Self::context`].
+    fn or_violation(self, rule: Violation, answer: impl FnOnce() -> AppError, doing: &'static str) -> AppResult<T>;
+}
+
+impl<T> DbResultExt<T> for Result<T, DbErr> {
+    fn context(self, doing: &'static str) -> AppResult<T> {
+        self.map_err(|err| unexpected(doing, err))
+    }
+
+    fn or_violation(self, rule: Violation, answer: impl FnOnce() -> AppError, doing: &'static str) -> AppResult<T> {
+        self.map_err(|err| if rule.matches(&err) { answer() } else { unexpected(doing, err) })
+    }
+}
+
+fn unexpected(doing: &'static str, err: DbErr) -> AppError {
+    tracing::error!(error = %err, "{doing}");
+    AppError::Internal
+}
+
+/// Raw SQL with positional parameters in the backend's own syntax, for the queries the query
+/// builder cannot say well (offer search, telemetry rollups, fleet views).
+pub(crate) struct Sql {
+    pub(crate) backend: DbBackend,
+    pub(crate) text: String,
+    pub(crate) values: Vec<Value>,
+}
+
+impl Sql {
+    pub(crate) fn new(backend: DbBackend) -> Self {
+        Sql { backend, text: String::new(), values: Vec::new() }
+    }
+
+    /// Adds `value` as the next parameter and returns its placeholder.
+    pub(crate) fn bind(&mut self, value: impl Into<Value>) -> String {
+        self.values.push(value.into());
+        match self.backend {
+            DbBackend::Postgres => format!("${}", self.values.len()),
+            _ => "?".to_owned(),
+        }
+    }
 }

@@ -9,8 +9,8 @@
 use crate::{
     AppError, AppResult, Services,
     auth::Principal,
+    db::DbResultExt,
     entities::{enrollment_tokens, gpus, host_events, host_prices, hosts},
-    internal,
 };
 use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
 use cardpool_domain::host::{
@@ -85,7 +85,7 @@ pub async fn create_enrollment_token(
     }
     .insert(&services.db)
     .await
-    .map_err(internal("inserting enrollment token"))?;
+    .context("inserting enrollment token")?;
     let command = format!("cardpool-agent enroll --server {server_url} --token {token}");
     Ok(CreatedEnrollmentToken { token, expires_at, command })
 }
@@ -99,12 +99,12 @@ pub async fn enroll_host(services: &Services, token: &str, hostname: &str) -> Ap
         return Err(AppError::Unauthorized);
     }
     let now = Utc::now();
-    let txn = crate::db::begin_write(&services.db).await.map_err(internal("starting enrollment"))?;
+    let txn = crate::db::begin_write(&services.db).await.context("starting enrollment")?;
     let Some(row) = enrollment_tokens::Entity::find()
         .filter(enrollment_tokens::Column::TokenHash.eq(digest(token)))
         .one(&txn)
         .await
-        .map_err(internal("loading enrollment token"))?
+        .context("loading enrollment token")?
     else {
         return Err(AppError::Unauthorized);
     };
@@ -117,7 +117,7 @@ pub async fn enroll_host(services: &Services, token: &str, hostname: &str) -> Ap
         .filter(enrollment_tokens::Column::ExpiresAt.gt(now))
         .exec(&txn)
         .await
-        .map_err(internal("claiming enrollment token"))?;
+        .context("claiming enrollment token")?;
     if claimed.rows_affected != 1 {
         return Err(AppError::Unauthorized);
     }
@@ -140,15 +140,15 @@ pub async fn enroll_host(services: &Services, token: &str, hostname: &str) -> Ap
     }
     .insert(&txn)
     .await
-    .map_err(internal("inserting host"))?;
+    .context("inserting host")?;
     enrollment_tokens::Entity::update_many()
         .col_expr(enrollment_tokens::Column::HostId, Expr::value(host.id))
         .filter(enrollment_tokens::Column::Id.eq(row.id))
         .exec(&txn)
         .await
-        .map_err(internal("linking enrollment token"))?;
+        .context("linking enrollment token")?;
     record_event(&txn, host.id, HostStatus::Offline, "enrolled", now).await?;
-    txn.commit().await.map_err(internal("committing enrollment"))?;
+    txn.commit().await.context("committing enrollment")?;
     tracing::info!(host.id = host.id, provider.id = row.provider_id, "host enrolled");
     Ok(EnrolledHost { host_id: host.id, credential })
 }
@@ -163,7 +163,7 @@ pub async fn authenticate_host(services: &Services, credential: &str) -> AppResu
         .filter(hosts::Column::RevokedAt.is_null())
         .one(&services.db)
         .await
-        .map_err(internal("loading host"))?
+        .context("loading host")?
         .ok_or(AppError::Unauthorized)
 }
 
@@ -183,14 +183,14 @@ async fn record_event(
     }
     .insert(db)
     .await
-    .map_err(internal("recording host event"))?;
+    .context("recording host event")?;
     Ok(())
 }
 
 /// Records that `host` was heard from now; an offline host comes back online.
 pub async fn record_heartbeat(services: &Services, host: &hosts::Model) -> AppResult<()> {
     let now = Utc::now();
-    let txn = crate::db::begin_write(&services.db).await.map_err(internal("starting heartbeat"))?;
+    let txn = crate::db::begin_write(&services.db).await.context("starting heartbeat")?;
     let came_online = hosts::Entity::update_many()
         .col_expr(hosts::Column::Status, Expr::value(HostStatus::Online.as_str()))
         .col_expr(hosts::Column::LastHeartbeatAt, Expr::value(now))
@@ -199,13 +199,13 @@ pub async fn record_heartbeat(services: &Services, host: &hosts::Model) -> AppRe
         .filter(hosts::Column::Status.ne(HostStatus::Online.as_str()))
         .exec(&txn)
         .await
-        .map_err(internal("marking host online"))?
+        .context("marking host online")?
         .rows_affected
         == 1;
     if came_online {
         record_event(&txn, host.id, HostStatus::Online, "agent connected", now).await?;
         crate::alerts::resolve(&txn, AlertKind::HostOffline, host.id, None).await?;
-        crate::offers::refresh_stock(&txn, host.id).await?;
+        crate::stock::refresh_stock(&txn, host.id).await?;
     } else {
         hosts::Entity::update_many()
             .col_expr(hosts::Column::LastHeartbeatAt, Expr::value(now))
@@ -213,9 +213,9 @@ pub async fn record_heartbeat(services: &Services, host: &hosts::Model) -> AppRe
             .filter(hosts::Column::RevokedAt.is_null())
             .exec(&txn)
             .await
-            .map_err(internal("recording heartbeat"))?;
+            .context("recording heartbeat")?;
     }
-    txn.commit().await.map_err(internal("committing heartbeat"))
+    txn.commit().await.context("committing heartbeat")
 }
 
 /// Marks online hosts silent for longer than `grace` offline. Returns the ids it marked.
@@ -226,7 +226,7 @@ pub async fn mark_silent_hosts_offline(services: &Services, grace: std::time::Du
         .filter(hosts::Column::LastHeartbeatAt.lt(cutoff))
         .all(&services.db)
         .await
-        .map_err(internal("finding silent hosts"))?
+        .context("finding silent hosts")?
         .into_iter()
         .map(|h| h.id)
         .collect();
@@ -247,28 +247,28 @@ pub async fn record_disconnect(services: &Services, host: &hosts::Model) -> AppR
 /// Moves an online host offline, recording why. Returns whether it was online.
 async fn set_offline(services: &Services, host_id: i64, reason: &str) -> AppResult<bool> {
     let now = Utc::now();
-    let txn = crate::db::begin_write(&services.db).await.map_err(internal("starting offline transition"))?;
+    let txn = crate::db::begin_write(&services.db).await.context("starting offline transition")?;
     let changed = hosts::Entity::update_many()
         .col_expr(hosts::Column::Status, Expr::value(HostStatus::Offline.as_str()))
         .filter(hosts::Column::Id.eq(host_id))
         .filter(hosts::Column::Status.eq(HostStatus::Online.as_str()))
         .exec(&txn)
         .await
-        .map_err(internal("marking host offline"))?
+        .context("marking host offline")?
         .rows_affected
         == 1;
     if changed {
         record_event(&txn, host_id, HostStatus::Offline, reason, now).await?;
         crate::alerts::raise(&txn, AlertKind::HostOffline, host_id, None, None, format!("host went offline: {reason}"))
             .await?;
-        crate::offers::refresh_stock(&txn, host_id).await?;
+        crate::stock::refresh_stock(&txn, host_id).await?;
     }
-    txn.commit().await.map_err(internal("committing offline transition"))?;
+    txn.commit().await.context("committing offline transition")?;
     if changed {
         let last_heartbeat = hosts::Entity::find_by_id(host_id)
             .one(&services.db)
             .await
-            .map_err(internal("loading host"))?
+            .context("loading host")?
             .and_then(|h| h.last_heartbeat_at);
         crate::rentals::interrupt_host(services, host_id, last_heartbeat).await?;
     }
@@ -291,7 +291,7 @@ pub async fn record_self_test(
         .filter(hosts::Column::Id.eq(host.id))
         .exec(&services.db)
         .await
-        .map_err(internal("saving self-test"))?;
+        .context("saving self-test")?;
     Ok(())
 }
 
@@ -305,23 +305,23 @@ pub async fn record_inventory(services: &Services, host: &hosts::Model, inventor
         return Err(AppError::invalid_field("gpus", "a host reports at most 64 GPUs"));
     }
     let now = Utc::now();
-    let txn = crate::db::begin_write(&services.db).await.map_err(internal("starting inventory update"))?;
+    let txn = crate::db::begin_write(&services.db).await.context("starting inventory update")?;
     let facts = serde_json::to_string(&inventory.host).map_err(|_| AppError::Internal)?;
     let mut row = hosts::Entity::find_by_id(host.id)
         .one(&txn)
         .await
-        .map_err(internal("loading host"))?
+        .context("loading host")?
         .ok_or_else(|| AppError::not_found("host"))?
         .into_active_model();
     row.facts = Set(Some(facts));
     row.agent_version = Set(Some(inventory.host.agent_version.clone()));
-    row.update(&txn).await.map_err(internal("saving host facts"))?;
+    row.update(&txn).await.context("saving host facts")?;
 
     let existing: BTreeMap<String, gpus::Model> = gpus::Entity::find()
         .filter(gpus::Column::HostId.eq(host.id))
         .all(&txn)
         .await
-        .map_err(internal("loading gpus"))?
+        .context("loading gpus")?
         .into_iter()
         .map(|g| (g.uuid.clone(), g))
         .collect();
@@ -341,17 +341,17 @@ pub async fn record_inventory(services: &Services, host: &hosts::Model, inventor
         row.nvlink_peers = Set(peers);
         row.state = Set("available".into());
         row.updated_at = Set(now);
-        row.save(&txn).await.map_err(internal("saving gpu"))?;
+        row.save(&txn).await.context("saving gpu")?;
     }
     let reported: Vec<&str> = inventory.gpus.iter().map(|g| g.uuid.as_str()).collect();
     for gone in existing.values().filter(|g| !reported.contains(&g.uuid.as_str()) && g.state != "missing") {
         let mut row = gone.clone().into_active_model();
         row.state = Set("missing".into());
         row.updated_at = Set(now);
-        row.update(&txn).await.map_err(internal("marking gpu missing"))?;
+        row.update(&txn).await.context("marking gpu missing")?;
     }
-    crate::offers::refresh_stock(&txn, host.id).await?;
-    txn.commit().await.map_err(internal("committing inventory"))?;
+    crate::stock::refresh_stock(&txn, host.id).await?;
+    txn.commit().await.context("committing inventory")?;
     Ok(())
 }
 
@@ -388,7 +388,7 @@ pub async fn list_hosts(services: &Services, principal: &Principal) -> AppResult
     if !principal.roles.admin {
         query = query.filter(hosts::Column::ProviderId.eq(principal.user_id));
     }
-    let rows = query.find_with_related(gpus::Entity).all(&services.db).await.map_err(internal("listing hosts"))?;
+    let rows = query.find_with_related(gpus::Entity).all(&services.db).await.context("listing hosts")?;
     Ok(rows.iter().map(|(host, host_gpus)| summary(host, host_gpus)).collect())
 }
 
@@ -396,7 +396,7 @@ async fn visible_host(services: &Services, principal: &Principal, host_id: i64) 
     hosts::Entity::find_by_id(host_id)
         .one(&services.db)
         .await
-        .map_err(internal("loading host"))?
+        .context("loading host")?
         .filter(|h| principal.roles.admin || h.provider_id == principal.user_id)
         .ok_or_else(|| AppError::not_found("host"))
 }
@@ -409,19 +409,19 @@ pub async fn get_host(services: &Services, principal: &Principal, host_id: i64) 
         .order_by_asc(gpus::Column::DeviceIndex)
         .all(&services.db)
         .await
-        .map_err(internal("loading gpus"))?;
+        .context("loading gpus")?;
     let events = host_events::Entity::find()
         .filter(host_events::Column::HostId.eq(host.id))
         .order_by_desc(host_events::Column::Id)
         .all(&services.db)
         .await
-        .map_err(internal("loading host events"))?;
+        .context("loading host events")?;
     let prices = host_prices::Entity::find()
         .filter(host_prices::Column::HostId.eq(host.id))
         .order_by_asc(host_prices::Column::GpuModel)
         .all(&services.db)
         .await
-        .map_err(internal("loading prices"))?;
+        .context("loading prices")?;
     Ok(HostDetail {
         self_test: host.self_test.as_deref().and_then(|r| serde_json::from_str(r).ok()),
         self_test_at: host.self_test_at,
@@ -464,14 +464,14 @@ pub async fn revoke_host(services: &Services, principal: &Principal, host_id: i6
         return Ok(());
     }
     let now = Utc::now();
-    let txn = crate::db::begin_write(&services.db).await.map_err(internal("starting revocation"))?;
+    let txn = crate::db::begin_write(&services.db).await.context("starting revocation")?;
     let mut row = host.into_active_model();
     row.revoked_at = Set(Some(now));
     row.status = Set(HostStatus::Revoked.as_str().into());
-    row.update(&txn).await.map_err(internal("revoking host"))?;
+    row.update(&txn).await.context("revoking host")?;
     record_event(&txn, host_id, HostStatus::Revoked, "revoked by its provider", now).await?;
-    crate::offers::refresh_stock(&txn, host_id).await?;
-    txn.commit().await.map_err(internal("committing revocation"))?;
+    crate::stock::refresh_stock(&txn, host_id).await?;
+    txn.commit().await.context("committing revocation")?;
     tracing::info!(host.id = host_id, by = principal.user_id, "host revoked");
     Ok(())
 }
@@ -503,7 +503,7 @@ async fn available_models(services: &Services, host_id: i64) -> AppResult<Vec<St
         .filter(gpus::Column::State.eq("available"))
         .all(&services.db)
         .await
-        .map_err(internal("loading gpus"))?
+        .context("loading gpus")?
         .into_iter()
         .map(|g| g.model)
         .collect();
@@ -533,7 +533,7 @@ pub async fn update_host_pricing(
         updated_at: Set(Utc::now()),
         ..Default::default()
     };
-    let txn = crate::db::begin_write(&services.db).await.map_err(internal("starting price change"))?;
+    let txn = crate::db::begin_write(&services.db).await.context("starting price change")?;
     host_prices::Entity::insert(row)
         .on_conflict(
             sea_orm::sea_query::OnConflict::columns([host_prices::Column::HostId, host_prices::Column::GpuModel])
@@ -547,9 +547,9 @@ pub async fn update_host_pricing(
         )
         .exec(&txn)
         .await
-        .map_err(internal("saving prices"))?;
-    crate::offers::refresh_stock(&txn, host.id).await?;
-    txn.commit().await.map_err(internal("committing prices"))?;
+        .context("saving prices")?;
+    crate::stock::refresh_stock(&txn, host.id).await?;
+    txn.commit().await.context("committing prices")?;
     tracing::info!(host.id = host.id, model = %price.gpu_model, "prices updated");
     Ok(price.clone())
 }
@@ -567,7 +567,7 @@ pub async fn set_host_listed(services: &Services, principal: &Principal, host_id
             .filter(host_prices::Column::HostId.eq(host.id))
             .all(&services.db)
             .await
-            .map_err(internal("loading prices"))?
+            .context("loading prices")?
             .into_iter()
             .map(|p| p.gpu_model)
             .collect();
@@ -576,10 +576,10 @@ pub async fn set_host_listed(services: &Services, principal: &Principal, host_id
             return Err(AppError::conflict(format!("set prices for {} first", unpriced.join(", "))));
         }
     }
-    let txn = crate::db::begin_write(&services.db).await.map_err(internal("starting listing change"))?;
+    let txn = crate::db::begin_write(&services.db).await.context("starting listing change")?;
     let mut row = host.into_active_model();
     row.listed = Set(listed);
-    row.update(&txn).await.map_err(internal("saving listing"))?;
-    crate::offers::refresh_stock(&txn, host_id).await?;
-    txn.commit().await.map_err(internal("committing listing"))
+    row.update(&txn).await.context("saving listing")?;
+    crate::stock::refresh_stock(&txn, host_id).await?;
+    txn.commit().await.context("committing listing")
 }

@@ -12,7 +12,11 @@
 //! people (wallet, held, earnings) can never go below zero; the platform's own accounts (Stripe
 //! clearing, fees, promotional credit) are counterweights and may.
 
-use crate::{AppError, AppResult, entities::*, internal};
+use crate::{
+    AppError, AppResult,
+    db::{DbResultExt, Violation},
+    entities::*,
+};
 use cardpool_domain::{money::format_dollars, payments::LedgerEntry};
 use chrono::{DateTime, Utc};
 use sea_orm::{
@@ -130,7 +134,7 @@ pub async fn post(conn: &impl ConnectionTrait, entry: Entry) -> AppResult<i64> {
         .filter(ledger_transactions::Column::Reference.eq(&entry.reference))
         .one(conn)
         .await
-        .map_err(internal("checking ledger reference"))?
+        .context("checking ledger reference")?
         .is_some()
     {
         return Err(AppError::conflict(format!("{} was already recorded", entry.reference)));
@@ -159,13 +163,11 @@ pub async fn post(conn: &impl ConnectionTrait, entry: Entry) -> AppResult<i64> {
     })
     .exec(conn)
     .await
-    .map_err(|err| {
-        if matches!(err.sql_err(), Some(sea_orm::SqlErr::UniqueConstraintViolation(_))) {
-            AppError::conflict(format!("{} was already recorded", entry.reference))
-        } else {
-            internal("inserting ledger transaction")(err)
-        }
-    })?
+    .or_violation(
+        Violation::Unique,
+        || AppError::conflict(format!("{} was already recorded", entry.reference)),
+        "inserting ledger transaction",
+    )?
     .last_insert_id;
 
     for (book, amount) in per_book {
@@ -179,7 +181,7 @@ pub async fn post(conn: &impl ConnectionTrait, entry: Entry) -> AppResult<i64> {
         if book.must_stay_non_negative() && amount < 0 {
             update = update.filter(ledger_accounts::Column::BalanceMicros.gte(-amount));
         }
-        let updated = update.exec(conn).await.map_err(internal("updating ledger balance"))?;
+        let updated = update.exec(conn).await.context("updating ledger balance")?;
         if updated.rows_affected == 0 {
             let balance = balance(conn, book).await?;
             return Err(AppError::PaymentRequired(format!(
@@ -208,7 +210,7 @@ pub async fn post(conn: &impl ConnectionTrait, entry: Entry) -> AppResult<i64> {
         })
         .exec_without_returning(conn)
         .await
-        .map_err(internal("inserting ledger posting"))?;
+        .context("inserting ledger posting")?;
     }
     Ok(tx)
 }
@@ -241,7 +243,7 @@ async fn account_id(conn: &impl ConnectionTrait, book: Book) -> AppResult<i64> {
     .on_conflict(OnConflict::column(ledger_accounts::Column::Code).do_nothing().to_owned())
     .exec_without_returning(conn)
     .await
-    .map_err(internal("creating ledger account"))?;
+    .context("creating ledger account")?;
     find_account(conn, &code).await?.ok_or(AppError::Internal)
 }
 
@@ -250,7 +252,7 @@ async fn find_account(conn: &impl ConnectionTrait, code: &str) -> AppResult<Opti
         .filter(ledger_accounts::Column::Code.eq(code))
         .one(conn)
         .await
-        .map_err(internal("loading ledger account"))?
+        .context("loading ledger account")?
         .map(|a| a.id))
 }
 
@@ -260,7 +262,7 @@ pub async fn balance(conn: &impl ConnectionTrait, book: Book) -> AppResult<i64> 
         .filter(ledger_accounts::Column::Code.eq(book.code()))
         .one(conn)
         .await
-        .map_err(internal("loading ledger balance"))?
+        .context("loading ledger balance")?
         .map_or(0, |a| a.balance_micros))
 }
 
@@ -274,7 +276,7 @@ pub async fn history(conn: &impl ConnectionTrait, book: Book) -> AppResult<Vec<L
         .order_by_asc(ledger_postings::Column::Id)
         .all(conn)
         .await
-        .map_err(internal("loading postings"))?;
+        .context("loading postings")?;
     let tx_ids: Vec<i64> = postings.iter().map(|p| p.transaction_id).collect();
     let mut transactions: HashMap<i64, ledger_transactions::Model> = HashMap::new();
     for chunk in tx_ids.chunks(500) {
@@ -282,7 +284,7 @@ pub async fn history(conn: &impl ConnectionTrait, book: Book) -> AppResult<Vec<L
             .filter(ledger_transactions::Column::Id.is_in(chunk.to_vec()))
             .all(conn)
             .await
-            .map_err(internal("loading ledger transactions"))?
+            .context("loading ledger transactions")?
         {
             transactions.insert(tx.id, tx);
         }
@@ -338,16 +340,15 @@ impl LedgerCheck {
 /// Checks the ledger's invariants from the postings up (reads every posting: a maintenance
 /// check and a test oracle, not something to run per request).
 pub async fn verify(conn: &impl ConnectionTrait) -> AppResult<LedgerCheck> {
-    let postings = ledger_postings::Entity::find().all(conn).await.map_err(internal("loading postings"))?;
+    let postings = ledger_postings::Entity::find().all(conn).await.context("loading postings")?;
     let mut per_tx: HashMap<i64, i64> = HashMap::new();
     let mut per_account: HashMap<i64, i64> = HashMap::new();
     for p in &postings {
         *per_tx.entry(p.transaction_id).or_default() += p.amount_micros;
         *per_account.entry(p.ledger_account_id).or_default() += p.amount_micros;
     }
-    let accounts = ledger_accounts::Entity::find().all(conn).await.map_err(internal("loading ledger accounts"))?;
-    let transactions =
-        ledger_transactions::Entity::find().count(conn).await.map_err(internal("counting ledger transactions"))?;
+    let accounts = ledger_accounts::Entity::find().all(conn).await.context("loading ledger accounts")?;
+    let transactions = ledger_transactions::Entity::find().count(conn).await.context("counting ledger transactions")?;
     let mut unbalanced: Vec<i64> = per_tx.iter().filter(|(_, total)| **total != 0).map(|(id, _)| *id).collect();
     unbalanced.sort_unstable();
     let mut check = LedgerCheck {

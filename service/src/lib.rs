@@ -1,10 +1,16 @@
-//! Cardpool's service layer.
+//! Cardpool's service layer: every rule of the marketplace, behind plain async functions that
+//! take [`Services`] (or a connection) and return [`AppError`].
 //!
-//! Every rule about accounts, sessions and credentials lives here, behind plain async functions
-//! that take [`Services`] (or a connection) and return [`AppError`]. The adapters (Leptos
-//! server functions in `app`, REST handlers in `server`, the CLI) only find out who is asking,
-//! call one function here and map the result. Authorization is checked here too, against the
-//! [`auth::Principal`] the adapter passes in, so no adapter can forget it.
+//! The adapters (Leptos server functions in `app`, REST handlers and the agent gateway in
+//! `server`, the CLI) only find out who is asking, call one function here and map the result.
+//! Authorization is checked here too, against the [`auth::Principal`] the adapter passes in, so
+//! no adapter can forget it.
+//!
+//! The rooms: accounts, sessions and credentials (`accounts`, `auth`, `api_tokens`,
+//! `passwords`, `rate_limit`, `session_store`); providers' hosts and their agents (`hosts`,
+//! `signals`); the market (`offers`, `stock`); rentals from booking to settlement (`rentals`);
+//! money (`ledger`, `payments`, `payouts`, `stripe`); telemetry and alerts (`telemetry`,
+//! `alerts`). `db` opens the database and turns its errors into [`AppError`]s.
 
 pub mod accounts;
 pub mod alerts;
@@ -22,6 +28,7 @@ pub mod rate_limit;
 pub mod rentals;
 pub mod session_store;
 pub mod signals;
+pub mod stock;
 pub mod stripe;
 pub mod telemetry;
 #[cfg(feature = "test-support")]
@@ -110,14 +117,5 @@ impl Services {
             signals: Arc::default(),
             telemetry: Arc::default(),
         })
-    }
-}
-
-/// Logs an unexpected failure once, here at the edge of the service layer, and turns it into
-/// the client-safe [`AppError::Internal`].
-pub(crate) fn internal(context: &'static str) -> impl FnOnce(sea_orm::DbErr) -> AppError {
-    move |err| {
-        tracing::error!(error = %err, "{context}");
-        AppError::Internal
     }
 }

@@ -1,15 +1,16 @@
 //! Offer search: free GPUs of listed, online hosts, per host and model, filtered, sorted and
 //! paged by the database, so it stays fast with thousands of hosts.
 //!
-//! It reads `offer_stock`, one row per (host, model) with its free GPUs and the market facts a
-//! search filters and sorts on (on the market or not, prices, location). [`refresh_stock`]
-//! recomputes a host's rows at the end of every transaction that changes any of them: its GPUs
-//! or holds (inventory, booking, release), its status (online, offline, revoked), its listing
-//! and its prices. So the stock is never stale, and a search is an index scan of one table:
-//! the page in index order (joined to `hosts` for its 20 rows' facts), the total from the
-//! same conditions on one narrow index.
+//! It reads `offer_stock` (kept exact by [`crate::stock`]), so a search is an index scan of one
+//! table: the page in index order (joined to `hosts` for its 20 rows' facts), the total from
+//! the same conditions on one narrow index. The spot clearing-price history lives here too:
+//! it is what an offer's page charts.
 
-use crate::{AppError, AppResult, Services, entities::host_events, internal};
+use crate::{
+    AppError, AppResult, Services,
+    db::{DbResultExt, Sql},
+    entities::{host_events, spot_prices},
+};
 use cardpool_domain::{
     host::HostStatus,
     money::parse_dollars,
@@ -18,7 +19,7 @@ use cardpool_domain::{
 use cardpool_protocol::HostFacts;
 use chrono::{DateTime, Duration, Utc};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, FromQueryResult, QueryFilter, QueryOrder, Statement, Value,
+    ColumnTrait, ConnectionTrait, EntityTrait, FromQueryResult, QueryFilter, QueryOrder, QuerySelect, Statement,
 };
 use std::collections::HashMap;
 
@@ -27,24 +28,6 @@ const MAX_PER_PAGE: u32 = 100;
 const GIB: i64 = 1 << 30;
 /// Uptime is measured over this window (or since enrollment, if shorter).
 const UPTIME_WINDOW_DAYS: i64 = 7;
-
-/// SQL text with positional parameters in the backend's own syntax.
-/// Raw SQL with positional parameters in the backend's syntax.
-pub(crate) struct Sql {
-    pub(crate) backend: DbBackend,
-    pub(crate) text: String,
-    pub(crate) values: Vec<Value>,
-}
-
-impl Sql {
-    pub(crate) fn bind(&mut self, value: impl Into<Value>) -> String {
-        self.values.push(value.into());
-        match self.backend {
-            DbBackend::Postgres => format!("${}", self.values.len()),
-            _ => "?".to_owned(),
-        }
-    }
-}
 
 #[derive(Debug, FromQueryResult)]
 struct Row {
@@ -127,83 +110,6 @@ fn validate(query: &OfferQuery) -> AppResult<Filters> {
     })
 }
 
-/// The stock of one host: its free GPUs (from its GPUs and their holds) and its market facts
-/// (status, listing, prices, location). Call it last in a transaction that changed any of them: on PostgreSQL it takes the host's advisory lock first, so
-/// concurrent refreshes of one host run one after the other and each sees the one before it
-/// (taken last, the lock never waits inside a lock chain, so it cannot deadlock).
-pub async fn refresh_stock(conn: &impl ConnectionTrait, host_id: i64) -> AppResult<()> {
-    let backend = conn.get_database_backend();
-    if backend == DbBackend::Postgres {
-        conn.execute_raw(Statement::from_sql_and_values(
-            backend,
-            "SELECT pg_advisory_xact_lock($1)",
-            [Value::from(STOCK_LOCK_SPACE + host_id)],
-        ))
-        .await
-        .map_err(internal("locking host stock"))?;
-    }
-    let mut delete = Sql { backend, text: String::new(), values: Vec::new() };
-    let host = delete.bind(host_id);
-    conn.execute_raw(Statement::from_sql_and_values(
-        backend,
-        format!("DELETE FROM offer_stock WHERE host_id = {host}"),
-        delete.values,
-    ))
-    .await
-    .map_err(internal("clearing host stock"))?;
-    let mut insert = Sql { backend, text: String::new(), values: Vec::new() };
-    let select = stock_select(&mut insert, Some(host_id));
-    conn.execute_raw(Statement::from_sql_and_values(backend, select, insert.values))
-        .await
-        .map_err(internal("refreshing host stock"))?;
-    Ok(())
-}
-
-/// Recomputes the whole stock (at start-up: holds that ended while the server was down).
-pub async fn rebuild_stock(conn: &impl ConnectionTrait) -> AppResult<()> {
-    let backend = conn.get_database_backend();
-    conn.execute_unprepared("DELETE FROM offer_stock").await.map_err(internal("clearing stock"))?;
-    let mut insert = Sql { backend, text: String::new(), values: Vec::new() };
-    let select = stock_select(&mut insert, None);
-    conn.execute_raw(Statement::from_sql_and_values(backend, select, insert.values))
-        .await
-        .map_err(internal("rebuilding stock"))?;
-    Ok(())
-}
-
-/// Advisory-lock keys of host stock: `STOCK_LOCK_SPACE + host id`.
-const STOCK_LOCK_SPACE: i64 = 0x5354_4f43_0000_0000;
-
-/// `INSERT INTO offer_stock SELECT ...` of the available GPUs matching `which` that no active
-/// hold keeps now or later (a reservation), as booking sees them, with the host's market facts.
-/// Parameters are bound in the order they appear (SQLite's `?` are positional).
-fn stock_select(sql: &mut Sql, host_id: Option<i64>) -> String {
-    let listed = sql.bind(true);
-    let online = sql.bind(HostStatus::Online.as_str());
-    let which = match host_id {
-        Some(id) => format!("g.host_id = {}", sql.bind(id)),
-        None => "1 = 1".to_owned(),
-    };
-    let active = sql.bind(true);
-    let now = sql.bind(Utc::now());
-    format!(
-        "INSERT INTO offer_stock (host_id, gpu_model, gpus_free, vram_bytes, cuda_version, cuda_version_num, \
-         driver_version, linked, on_market, location_key, on_demand_micros, reserved_micros, spot_min_bid_micros) \
-         SELECT a.host_id, a.model, a.free, a.vram, a.cuda, a.cuda_num, a.driver, a.linked, \
-         (h.listed = {listed} AND h.status = {online} AND h.revoked_at IS NULL AND p.host_id IS NOT NULL), \
-         LOWER(h.location), COALESCE(p.on_demand_micros, 0), COALESCE(p.reserved_micros, 0), \
-         COALESCE(p.spot_min_bid_micros, 0) \
-         FROM (SELECT g.host_id AS host_id, g.model AS model, COUNT(g.id) AS free, MIN(g.memory_bytes) AS vram, \
-         MIN(g.cuda_version) AS cuda, MIN(g.cuda_version_num) AS cuda_num, MIN(g.driver_version) AS driver, \
-         SUM(CASE WHEN g.nvlink_peers <> '[]' THEN 1 ELSE 0 END) AS linked \
-         FROM gpus g WHERE {which} AND g.state = 'available' \
-         AND NOT EXISTS (SELECT 1 FROM rental_gpus rg WHERE rg.gpu_id = g.id AND rg.active = {active} AND rg.ends_at > {now}) \
-         GROUP BY g.host_id, g.model) a \
-         JOIN hosts h ON h.id = a.host_id \
-         LEFT JOIN host_prices p ON p.host_id = a.host_id AND p.gpu_model = a.model"
-    )
-}
-
 /// The offers matching `query`, one page of them. Open to everyone, signed in or not.
 pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<OfferPage> {
     let filters = validate(query)?;
@@ -213,7 +119,7 @@ pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<O
         RentalKind::Reserved => "reserved_micros",
         RentalKind::Spot => "spot_min_bid_micros",
     };
-    let mut sql = Sql { backend, text: String::new(), values: Vec::new() };
+    let mut sql = Sql::new(backend);
     let on_market = sql.bind(true);
     let mut conditions = vec![format!("s.on_market = {on_market}")];
     // Every stock row has a free GPU, so the default needs no condition here; without one the
@@ -275,14 +181,14 @@ pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<O
     let rows = Row::find_by_statement(Statement::from_sql_and_values(backend, sql.text, sql.values))
         .all(&services.db)
         .await
-        .map_err(internal("searching offers"))?;
+        .context("searching offers")?;
     let total = if filters.page == 1 && rows.len() < filters.per_page as usize {
         rows.len() as u64
     } else {
         Count::find_by_statement(Statement::from_sql_and_values(backend, count_sql, count_values))
             .one(&services.db)
             .await
-            .map_err(internal("counting offers"))?
+            .context("counting offers")?
             .map_or(0, |c| c.total.max(0) as u64)
     };
 
@@ -330,7 +236,7 @@ pub async fn get_offer(services: &Services, host_id: i64, gpu_model: &str) -> Ap
     };
     let offer = list_offers(services, &query).await?.offers.into_iter().next();
     let since = Utc::now() - Duration::hours(24);
-    let spot_prices = crate::rentals::spot_price_history(services, host_id, gpu_model, since)
+    let spot_prices = spot_price_history(services, host_id, gpu_model, since)
         .await?
         .into_iter()
         .map(|(at, price_micros)| PricePoint { at, price_micros })
@@ -352,7 +258,7 @@ async fn uptimes(conn: &impl ConnectionTrait, rows: &[Row]) -> AppResult<HashMap
         .order_by_asc(host_events::Column::Id)
         .all(conn)
         .await
-        .map_err(internal("loading host events"))?;
+        .context("loading host events")?;
     for row in rows {
         let transitions: Vec<(DateTime<Utc>, bool)> = events
             .iter()
@@ -386,6 +292,26 @@ pub fn uptime_permille(transitions: &[(DateTime<Utc>, bool)], from: DateTime<Utc
         up += (to - since).num_milliseconds();
     }
     u32::try_from(up * 1000 / span).unwrap_or(1000).min(1000)
+}
+
+/// The spot clearing-price history of one offer (host and GPU model), oldest first.
+pub async fn spot_price_history(
+    services: &Services,
+    host_id: i64,
+    gpu_model: &str,
+    since: DateTime<Utc>,
+) -> AppResult<Vec<(DateTime<Utc>, i64)>> {
+    let rows = spot_prices::Entity::find()
+        .filter(spot_prices::Column::HostId.eq(host_id))
+        .filter(spot_prices::Column::GpuModel.eq(gpu_model))
+        .filter(spot_prices::Column::At.gte(since))
+        .order_by_asc(spot_prices::Column::At)
+        .order_by_asc(spot_prices::Column::Id)
+        .limit(1000)
+        .all(&services.db)
+        .await
+        .context("loading spot prices")?;
+    Ok(rows.into_iter().map(|r| (r.at, r.price_micros)).collect())
 }
 
 #[cfg(test)]

@@ -10,13 +10,12 @@
 use crate::{
     AppError, AppResult, Services,
     auth::Principal,
-    db::begin_write,
-    entities::{ledger_postings, ledger_transactions, payout_accounts, stripe_events, top_ups, users},
-    internal,
+    db::{DbResultExt, begin_write},
+    entities::{ledger_postings, ledger_transactions, stripe_events, top_ups, users},
     ledger::{self, Book, Entry},
 };
 use cardpool_domain::{
-    money::{MICROS_PER_DOLLAR, format_dollars, parse_dollars},
+    money::{MICROS_PER_CENT, MICROS_PER_DOLLAR, format_dollars, parse_dollars},
     payments::{
         Adjustment, AdjustmentKind, AdminCreditRequest, CreateTopUpRequest, LedgerEntry, Receipt, TOP_UP_MAX_MICROS,
         TOP_UP_MIN_MICROS, TopUp, TopUpCreated, TopUpStatus, Wallet,
@@ -30,8 +29,6 @@ use sea_orm::{
 };
 use stripe_webhook::{EventObject, Webhook, WebhookError};
 
-/// Micro-dollars per cent, Stripe's unit for USD.
-pub const MICROS_PER_CENT: i64 = MICROS_PER_DOLLAR / 100;
 const CURRENCY: &str = "usd";
 const MAX_REASON_LEN: usize = 500;
 const ADJUSTMENT_MAX_MICROS: i64 = 10_000 * MICROS_PER_DOLLAR;
@@ -45,7 +42,7 @@ pub async fn get_wallet(services: &Services, principal: &Principal) -> AppResult
         .order_by_desc(top_ups::Column::Id)
         .all(&services.db)
         .await
-        .map_err(internal("loading pending top-ups"))?
+        .context("loading pending top-ups")?
         .iter()
         .map(top_up_dto)
         .collect();
@@ -71,7 +68,7 @@ pub async fn get_top_up(services: &Services, principal: &Principal, top_up_id: i
     let row = top_ups::Entity::find_by_id(top_up_id)
         .one(&services.db)
         .await
-        .map_err(internal("loading top-up"))?
+        .context("loading top-up")?
         .filter(|t| t.user_id == principal.user_id)
         .ok_or_else(|| AppError::not_found("top-up"))?;
     Ok(top_up_dto(&row))
@@ -112,7 +109,7 @@ pub async fn create_top_up(
     }
     .insert(&services.db)
     .await
-    .map_err(internal("recording top-up"))?;
+    .context("recording top-up")?;
 
     let base = &services.settings.payments.public_url;
     let success_url = format!("{base}/wallet?top_up={}", row.id);
@@ -127,7 +124,7 @@ pub async fn create_top_up(
             let mut failed = row.into_active_model();
             failed.status = Set(TopUpStatus::Failed.as_str().into());
             failed.updated_at = Set(Utc::now());
-            failed.update(&services.db).await.map_err(internal("marking top-up failed"))?;
+            failed.update(&services.db).await.context("marking top-up failed")?;
             return Err(err);
         }
     };
@@ -135,7 +132,7 @@ pub async fn create_top_up(
     open.stripe_session_id = Set(Some(session.id.clone()));
     open.checkout_url = Set(Some(session.url.clone()));
     open.updated_at = Set(Utc::now());
-    let row = open.update(&services.db).await.map_err(internal("saving checkout session"))?;
+    let row = open.update(&services.db).await.context("saving checkout session")?;
     tracing::info!(top_up.id = row.id, user.id = principal.user_id, amount = %format_dollars(amount), "top-up started");
     Ok(TopUpCreated { top_up: top_up_dto(&row), checkout_url: session.url })
 }
@@ -193,7 +190,7 @@ pub async fn handle_webhook(
         _ => None,
     };
 
-    let txn = begin_write(&services.db).await.map_err(internal("starting webhook transaction"))?;
+    let txn = begin_write(&services.db).await.context("starting webhook transaction")?;
     // The inbox row goes first: a concurrent duplicate waits on its key, then finds it.
     let inserted = stripe_events::Entity::insert(stripe_events::ActiveModel {
         id: Set(event_id.clone()),
@@ -206,7 +203,7 @@ pub async fn handle_webhook(
     .on_conflict(OnConflict::column(stripe_events::Column::Id).do_nothing().to_owned())
     .exec_without_returning(&txn)
     .await
-    .map_err(internal("recording webhook event"))?;
+    .context("recording webhook event")?;
     if inserted == 0 {
         tracing::info!(event.id = %event_id, "duplicate webhook delivery ignored");
         return Ok(WebhookOutcome::Duplicate);
@@ -233,8 +230,8 @@ pub async fn handle_webhook(
     })
     .exec(&txn)
     .await
-    .map_err(internal("recording webhook outcome"))?;
-    txn.commit().await.map_err(internal("committing webhook"))?;
+    .context("recording webhook outcome")?;
+    txn.commit().await.context("committing webhook")?;
     tracing::info!(event.id = %event_id, event.type_ = %event_type, %outcome, "webhook applied");
     Ok(WebhookOutcome::Applied(outcome))
 }
@@ -273,7 +270,7 @@ async fn apply_checkout(
     let Some(top_up_id) = session.client_reference_id.as_deref().and_then(|r| r.parse::<i64>().ok()) else {
         return Ok("ignored: no Cardpool top-up reference".into());
     };
-    let Some(row) = top_ups::Entity::find_by_id(top_up_id).one(conn).await.map_err(internal("loading top-up"))? else {
+    let Some(row) = top_ups::Entity::find_by_id(top_up_id).one(conn).await.context("loading top-up")? else {
         tracing::warn!(top_up.id = top_up_id, "webhook names an unknown top-up");
         return Ok(format!("ignored: unknown top-up {top_up_id}"));
     };
@@ -321,7 +318,7 @@ async fn apply_checkout(
             format!("top-up {top_up_id} expired")
         }
     };
-    update.update(conn).await.map_err(internal("updating top-up"))?;
+    update.update(conn).await.context("updating top-up")?;
     Ok(outcome)
 }
 
@@ -362,7 +359,7 @@ pub async fn get_receipt(services: &Services, principal: &Principal, transaction
     let tx = ledger_transactions::Entity::find_by_id(transaction_id)
         .one(&services.db)
         .await
-        .map_err(internal("loading transaction"))?
+        .context("loading transaction")?
         .ok_or_else(not_found)?;
     let entries = ledger::history(&services.db, Book::Wallet(principal.user_id)).await?;
     let entry = entries.iter().find(|e| e.transaction_id == transaction_id).ok_or_else(not_found)?;
@@ -370,7 +367,7 @@ pub async fn get_receipt(services: &Services, principal: &Principal, transaction
         .filter(top_ups::Column::LedgerTransactionId.eq(transaction_id))
         .one(&services.db)
         .await
-        .map_err(internal("loading top-up for receipt"))?
+        .context("loading top-up for receipt")?
         .and_then(|t| t.stripe_session_id);
     Ok(Receipt {
         transaction_id,
@@ -418,7 +415,7 @@ pub async fn admin_adjust(
         .filter(users::Column::Email.eq(&email))
         .one(&services.db)
         .await
-        .map_err(internal("loading account to credit"))?;
+        .context("loading account to credit")?;
     if user.is_none() {
         fields.insert("email".into(), "no account has this email".into());
     }
@@ -440,9 +437,9 @@ pub async fn admin_adjust(
     entry.actor_user_id = Some(principal.user_id);
     entry.reason = Some(reason.to_owned());
     let created_at = entry.at;
-    let txn = begin_write(&services.db).await.map_err(internal("starting adjustment"))?;
+    let txn = begin_write(&services.db).await.context("starting adjustment")?;
     let transaction_id = ledger::post(&txn, entry).await?;
-    txn.commit().await.map_err(internal("committing adjustment"))?;
+    txn.commit().await.context("committing adjustment")?;
     tracing::info!(
         audit = "admin_adjustment",
         admin.id = principal.user_id,
@@ -471,11 +468,11 @@ pub async fn list_adjustments(services: &Services, principal: &Principal) -> App
         .order_by_desc(ledger_transactions::Column::Id)
         .all(&services.db)
         .await
-        .map_err(internal("loading adjustments"))?;
+        .context("loading adjustments")?;
     let emails: std::collections::HashMap<i64, String> = users::Entity::find()
         .all(&services.db)
         .await
-        .map_err(internal("loading users"))?
+        .context("loading users")?
         .into_iter()
         .map(|u| (u.id, u.email))
         .collect();
@@ -486,13 +483,13 @@ pub async fn list_adjustments(services: &Services, principal: &Principal) -> App
             .filter(ledger_postings::Column::TransactionId.eq(tx.id))
             .all(&services.db)
             .await
-            .map_err(internal("loading adjustment postings"))?;
+            .context("loading adjustment postings")?;
         let wallet_leg = postings.iter().find(|p| p.amount_micros > 0);
         let account = match wallet_leg {
             Some(p) => crate::entities::ledger_accounts::Entity::find_by_id(p.ledger_account_id)
                 .one(&services.db)
                 .await
-                .map_err(internal("loading adjustment account"))?,
+                .context("loading adjustment account")?,
             None => None,
         };
         out.push(Adjustment {
@@ -506,12 +503,4 @@ pub async fn list_adjustments(services: &Services, principal: &Principal) -> App
         });
     }
     Ok(out)
-}
-
-/// Whether a provider has a Connect account row (used by the earnings page).
-pub(crate) async fn payout_account(
-    conn: &impl ConnectionTrait,
-    user_id: i64,
-) -> AppResult<Option<payout_accounts::Model>> {
-    payout_accounts::Entity::find_by_id(user_id).one(conn).await.map_err(internal("loading payout account"))
 }

@@ -10,16 +10,14 @@
 use crate::{
     AppError, AppResult, Services,
     auth::Principal,
-    db::begin_write,
+    db::{DbResultExt, begin_write},
     entities::{payout_accounts, payouts},
     hosts::require_provider,
-    internal,
     ledger::{self, Book, Entry},
-    payments::{MICROS_PER_CENT, payout_account},
     stripe::ConnectAccountStatus,
 };
 use cardpool_domain::{
-    money::{format_dollars, parse_dollars},
+    money::{MICROS_PER_CENT, format_dollars, parse_dollars},
     payments::{ConnectState, Earnings, LedgerEntry, OnboardingLink, Payout, PayoutStatus, RequestPayoutRequest},
 };
 use chrono::{Duration, Utc};
@@ -79,7 +77,7 @@ pub async fn get_earnings(services: &Services, principal: &Principal) -> AppResu
         .order_by_desc(payouts::Column::Id)
         .all(&services.db)
         .await
-        .map_err(internal("loading payouts"))?;
+        .context("loading payouts")?;
     let sum = |status: PayoutStatus| -> i64 {
         rows.iter().filter(|p| p.status == status.as_str()).map(|p| p.amount_micros).sum()
     };
@@ -122,7 +120,7 @@ pub async fn create_onboarding_link(services: &Services, principal: &Principal) 
             )
             .exec_without_returning(&services.db)
             .await
-            .map_err(internal("saving Connect account"))?;
+            .context("saving Connect account")?;
             // The idempotency key makes a concurrent second creation return the same account.
             payout_account(&services.db, principal.user_id).await?.map(|a| a.stripe_account_id).unwrap_or(id)
         }
@@ -149,7 +147,7 @@ pub(crate) async fn apply_account_status(
         .filter(payout_accounts::Column::StripeAccountId.eq(stripe_account_id))
         .one(conn)
         .await
-        .map_err(internal("loading payout account"))?
+        .context("loading payout account")?
     else {
         return Ok(format!("ignored: unknown Connect account {stripe_account_id}"));
     };
@@ -160,7 +158,7 @@ pub(crate) async fn apply_account_status(
     update.details_submitted = Set(status.details_submitted);
     update.payouts_enabled = Set(status.payouts_enabled);
     update.updated_at = Set(Utc::now());
-    update.update(conn).await.map_err(internal("updating payout account"))?;
+    update.update(conn).await.context("updating payout account")?;
     Ok(format!("Connect account {stripe_account_id} payouts_enabled={}", status.payouts_enabled))
 }
 
@@ -193,7 +191,7 @@ pub async fn request_payout(
         None => None,
     };
 
-    let txn = begin_write(&services.db).await.map_err(internal("starting payout"))?;
+    let txn = begin_write(&services.db).await.context("starting payout")?;
     let (_, available) = earnings_split(services, &txn, principal.user_id).await?;
     let amount = requested.unwrap_or(available - available % MICROS_PER_CENT);
     if amount < MIN_PAYOUT_MICROS.min(available.max(1)) || amount <= 0 {
@@ -222,14 +220,14 @@ pub async fn request_payout(
     }
     .insert(&txn)
     .await
-    .map_err(internal("recording payout"))?;
+    .context("recording payout")?;
     let entry = Entry::new("payout", format!("payout:{}", row.id), "Payout to your Stripe account").transfer(
         Book::Earnings(principal.user_id),
         Book::StripeClearing,
         amount,
     );
     ledger::post(&txn, entry).await?;
-    txn.commit().await.map_err(internal("committing payout"))?;
+    txn.commit().await.context("committing payout")?;
     tracing::info!(payout.id = row.id, user.id = principal.user_id, amount = %format_dollars(amount), "payout booked");
     Ok(payout_dto(&execute_payout(services, row).await?))
 }
@@ -247,7 +245,7 @@ async fn execute_payout(services: &Services, row: payouts::Model) -> AppResult<p
             update.stripe_transfer_id = Set(Some(transfer_id));
             update.attempts = Set(attempts);
             update.updated_at = Set(now);
-            update.update(&services.db).await.map_err(internal("recording transfer"))
+            update.update(&services.db).await.context("recording transfer")
         }
         Err(AppError::Unavailable(message)) => {
             tracing::warn!(payout.id = row.id, "transfer not confirmed yet; will retry");
@@ -255,11 +253,11 @@ async fn execute_payout(services: &Services, row: payouts::Model) -> AppResult<p
             update.attempts = Set(attempts);
             update.failure_message = Set(Some(message));
             update.updated_at = Set(now);
-            update.update(&services.db).await.map_err(internal("recording transfer attempt"))
+            update.update(&services.db).await.context("recording transfer attempt")
         }
         Err(err) => {
             tracing::warn!(payout.id = row.id, error = %err, "transfer refused; reversing payout");
-            let txn = begin_write(&services.db).await.map_err(internal("starting payout reversal"))?;
+            let txn = begin_write(&services.db).await.context("starting payout reversal")?;
             let entry = Entry::new(
                 "payout_reversal",
                 format!("payout_reversal:{}", row.id),
@@ -272,8 +270,8 @@ async fn execute_payout(services: &Services, row: payouts::Model) -> AppResult<p
             update.failure_message = Set(Some(err.to_string()));
             update.attempts = Set(attempts);
             update.updated_at = Set(now);
-            let row = update.update(&txn).await.map_err(internal("recording refused payout"))?;
-            txn.commit().await.map_err(internal("committing payout reversal"))?;
+            let row = update.update(&txn).await.context("recording refused payout")?;
+            txn.commit().await.context("committing payout reversal")?;
             Ok(row)
         }
     }
@@ -289,7 +287,7 @@ pub async fn retry_pending_payouts(services: &Services, older_than: std::time::D
         .order_by_asc(payouts::Column::Id)
         .all(&services.db)
         .await
-        .map_err(internal("loading pending payouts"))?;
+        .context("loading pending payouts")?;
     let mut settled = 0;
     for row in pending {
         if execute_payout(services, row).await?.status != PayoutStatus::Pending.as_str() {
@@ -297,4 +295,12 @@ pub async fn retry_pending_payouts(services: &Services, older_than: std::time::D
         }
     }
     Ok(settled)
+}
+
+/// Whether a provider has a Connect account row (used by the earnings page).
+pub(crate) async fn payout_account(
+    conn: &impl ConnectionTrait,
+    user_id: i64,
+) -> AppResult<Option<payout_accounts::Model>> {
+    payout_accounts::Entity::find_by_id(user_id).one(conn).await.context("loading payout account")
 }

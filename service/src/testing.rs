@@ -126,7 +126,7 @@ pub async fn person(services: &Services, email: &str, provider: bool, dollars: i
     use crate::ledger::{self, Book, Entry};
     let request =
         cardpool_domain::account::SignUpRequest { email: email.into(), password: "correct horse battery".into() };
-    let me = crate::accounts::sign_up(services, &request).await.expect("sign up");
+    let me = crate::accounts::create_account(services, &request).await.expect("sign up");
     let mut principal = crate::auth::Principal {
         user_id: me.id,
         email: me.email,

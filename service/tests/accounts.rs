@@ -35,7 +35,7 @@ async fn setup(backend: Backend) -> (testing::TestDb, Services) {
 }
 
 async fn principal(services: &Services, email: &str) -> Principal {
-    let me = accounts::sign_up(services, &sign_up_request(email)).await.unwrap();
+    let me = accounts::create_account(services, &sign_up_request(email)).await.unwrap();
     Principal { user_id: me.id, email: me.email, roles: me.roles, credential: Credential::Session }
 }
 
@@ -54,7 +54,7 @@ backend_tests!(
 
 async fn sign_up_creates_a_renter_with_an_argon2id_hash(backend: Backend) {
     let (_db, services) = setup(backend).await;
-    let me = accounts::sign_up(&services, &sign_up_request("  Ada@Example.com")).await.unwrap();
+    let me = accounts::create_account(&services, &sign_up_request("  Ada@Example.com")).await.unwrap();
     assert_eq!(me.email, "ada@example.com");
     assert!(me.roles.renter && !me.roles.provider && !me.roles.admin);
     let row = users::Entity::find_by_id(me.id).one(&services.db).await.unwrap().unwrap();
@@ -64,28 +64,31 @@ async fn sign_up_creates_a_renter_with_an_argon2id_hash(backend: Backend) {
 
 async fn sign_up_rejects_bad_input_and_changes_nothing(backend: Backend) {
     let (_db, services) = setup(backend).await;
-    let err = accounts::sign_up(&services, &SignUpRequest { email: "not-an-email".into(), password: "short".into() })
-        .await
-        .unwrap_err();
+    let err =
+        accounts::create_account(&services, &SignUpRequest { email: "not-an-email".into(), password: "short".into() })
+            .await
+            .unwrap_err();
     assert!(err.field("email").is_some() && err.field("password").is_some(), "{err:?}");
     assert_eq!(users::Entity::find().count(&services.db).await.unwrap(), 0);
 }
 
 async fn sign_up_rejects_a_duplicate_email(backend: Backend) {
     let (_db, services) = setup(backend).await;
-    accounts::sign_up(&services, &sign_up_request("bo@example.com")).await.unwrap();
-    let err = accounts::sign_up(&services, &sign_up_request("BO@example.com")).await.unwrap_err();
+    accounts::create_account(&services, &sign_up_request("bo@example.com")).await.unwrap();
+    let err = accounts::create_account(&services, &sign_up_request("BO@example.com")).await.unwrap_err();
     assert_eq!(err.field("email"), Some("an account with this email already exists"));
     assert_eq!(users::Entity::find().count(&services.db).await.unwrap(), 1);
 }
 
 async fn sign_in_gives_one_generic_error(backend: Backend) {
     let (_db, services) = setup(backend).await;
-    accounts::sign_up(&services, &sign_up_request("cy@example.com")).await.unwrap();
-    let (me, epoch) = accounts::sign_in(&services, &sign_in_request("CY@example.com", PASSWORD), None).await.unwrap();
+    accounts::create_account(&services, &sign_up_request("cy@example.com")).await.unwrap();
+    let (me, epoch) =
+        accounts::check_credentials(&services, &sign_in_request("CY@example.com", PASSWORD), None).await.unwrap();
     assert_eq!((me.email.as_str(), epoch), ("cy@example.com", 0));
-    let wrong = accounts::sign_in(&services, &sign_in_request("cy@example.com", "wrong password!"), None).await;
-    let unknown = accounts::sign_in(&services, &sign_in_request("nobody@example.com", PASSWORD), None).await;
+    let wrong =
+        accounts::check_credentials(&services, &sign_in_request("cy@example.com", "wrong password!"), None).await;
+    let unknown = accounts::check_credentials(&services, &sign_in_request("nobody@example.com", PASSWORD), None).await;
     assert_eq!(wrong.unwrap_err(), AppError::InvalidCredentials);
     assert_eq!(unknown.unwrap_err(), AppError::InvalidCredentials);
 }
@@ -99,12 +102,13 @@ async fn sign_in_is_rate_limited_per_account(backend: Backend) {
         ..Settings::default()
     };
     let (_db, services) = testing::services(backend, settings).await;
-    accounts::sign_up(&services, &sign_up_request("di@example.com")).await.unwrap();
+    accounts::create_account(&services, &sign_up_request("di@example.com")).await.unwrap();
     for _ in 0..3 {
-        let err = accounts::sign_in(&services, &sign_in_request("di@example.com", "nope nope nope"), None).await;
+        let err =
+            accounts::check_credentials(&services, &sign_in_request("di@example.com", "nope nope nope"), None).await;
         assert_eq!(err.unwrap_err(), AppError::InvalidCredentials);
     }
-    let limited = accounts::sign_in(&services, &sign_in_request("di@example.com", PASSWORD), None).await;
+    let limited = accounts::check_credentials(&services, &sign_in_request("di@example.com", PASSWORD), None).await;
     assert!(
         matches!(limited, Err(AppError::RateLimited { retry_after_secs }) if retry_after_secs > 500),
         "{limited:?}"
@@ -116,20 +120,22 @@ async fn change_password_requires_the_current_one_and_bumps_the_epoch(backend: B
     let me = principal(&services, "ed@example.com").await;
     let wrong =
         ChangePasswordRequest { current_password: "not it at all".into(), new_password: "a brand new secret".into() };
-    let err = accounts::change_password(&services, &me, &wrong).await.unwrap_err();
+    let err = accounts::set_password(&services, &me, &wrong).await.unwrap_err();
     assert!(err.field("current_password").is_some());
     let weak = ChangePasswordRequest { current_password: PASSWORD.into(), new_password: "short".into() };
-    assert!(accounts::change_password(&services, &me, &weak).await.unwrap_err().field("new_password").is_some());
+    assert!(accounts::set_password(&services, &me, &weak).await.unwrap_err().field("new_password").is_some());
 
     let good = ChangePasswordRequest { current_password: PASSWORD.into(), new_password: "a brand new secret".into() };
-    assert_eq!(accounts::change_password(&services, &me, &good).await.unwrap(), 1);
-    assert!(accounts::sign_in(&services, &sign_in_request("ed@example.com", PASSWORD), None).await.is_err());
+    assert_eq!(accounts::set_password(&services, &me, &good).await.unwrap(), 1);
+    assert!(accounts::check_credentials(&services, &sign_in_request("ed@example.com", PASSWORD), None).await.is_err());
     let (_, epoch) =
-        accounts::sign_in(&services, &sign_in_request("ed@example.com", "a brand new secret"), None).await.unwrap();
+        accounts::check_credentials(&services, &sign_in_request("ed@example.com", "a brand new secret"), None)
+            .await
+            .unwrap();
     assert_eq!(epoch, 1);
 
     let via_token = Principal { credential: Credential::ApiToken { token_id: 1 }, ..me };
-    assert!(matches!(accounts::change_password(&services, &via_token, &good).await, Err(AppError::Forbidden(_))));
+    assert!(matches!(accounts::set_password(&services, &via_token, &good).await, Err(AppError::Forbidden(_))));
 }
 
 async fn roles_are_checked_in_the_service(backend: Backend) {

@@ -13,10 +13,12 @@ use std::time::Duration;
 const SERVER: &str = "http://127.0.0.1:3000";
 
 async fn account(services: &Services, email: &str, provider: bool) -> Principal {
-    let me =
-        accounts::sign_up(services, &SignUpRequest { email: email.into(), password: "correct horse battery".into() })
-            .await
-            .unwrap();
+    let me = accounts::create_account(
+        services,
+        &SignUpRequest { email: email.into(), password: "correct horse battery".into() },
+    )
+    .await
+    .unwrap();
     let principal = Principal { user_id: me.id, email: me.email, roles: me.roles, credential: Credential::Session };
     if provider {
         let me = accounts::enable_provider(services, &principal).await.unwrap();
@@ -181,7 +183,7 @@ async fn hosts_are_visible_to_their_provider_and_admins_only(backend: Backend) {
 }
 
 async fn account_roles(services: &Services, email: &str) -> Principal {
-    let (me, _) = accounts::sign_in(
+    let (me, _) = accounts::check_credentials(
         services,
         &cardpool_domain::account::SignInRequest { email: email.into(), password: "admin password 1".into() },
         None,

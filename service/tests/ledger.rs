@@ -113,7 +113,7 @@ async fn random_operations_keep_the_ledger_sound(backend: Backend) {
     let mut people = Vec::new();
     for i in 0..4 {
         let email = format!("person{i}@example.com");
-        let me = cardpool_service::accounts::sign_up(
+        let me = cardpool_service::accounts::create_account(
             &services,
             &SignUpRequest { email, password: "correct horse battery".into() },
         )
@@ -203,7 +203,7 @@ async fn unbalanced_entries_are_refused(backend: Backend) {
 
 async fn concurrent_charges_never_overdraw(backend: Backend) {
     let (_db, services) = testing::services(backend, Settings::default()).await;
-    let me = cardpool_service::accounts::sign_up(
+    let me = cardpool_service::accounts::create_account(
         &services,
         &SignUpRequest { email: "spender@example.com".into(), password: "correct horse battery".into() },
     )

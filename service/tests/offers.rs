@@ -17,7 +17,7 @@ use cardpool_service::{
 use sea_orm::EntityTrait;
 
 async fn provider(services: &Services) -> Principal {
-    let me = accounts::sign_up(
+    let me = accounts::create_account(
         services,
         &SignUpRequest { email: "market@example.com".into(), password: "correct horse battery".into() },
     )

@@ -382,7 +382,7 @@ async fn spot_rentals_clear_at_one_price_and_are_preempted_by_on_demand(backend:
     assert_no_overlaps(&services).await;
     // The price history shows the minimum, then the lowest winning bid.
     let history =
-        rentals::spot_price_history(&services, host_id, MODEL, chrono::Utc::now() - chrono::Duration::hours(1))
+        offers::spot_price_history(&services, host_id, MODEL, chrono::Utc::now() - chrono::Duration::hours(1))
             .await
             .unwrap();
     let prices: Vec<i64> = history.iter().map(|(_, p)| *p).collect();

@@ -6,10 +6,8 @@ use leptos::prelude::*;
 
 #[server(prefix = "/rpc", endpoint = "create_api_token")]
 pub async fn create_api_token(name: String) -> Result<CreatedApiToken, AppError> {
-    crate::ssr::respond(async move {
+    crate::ssr::signed_in(|req, principal| async move {
         use cardpool_domain::account::CreateApiTokenRequest;
-        let req = crate::ssr::Request::current().await?;
-        let principal = req.principal().await?;
         cardpool_service::api_tokens::create_api_token(&req.services, &principal, &CreateApiTokenRequest { name }).await
     })
     .await
@@ -17,9 +15,7 @@ pub async fn create_api_token(name: String) -> Result<CreatedApiToken, AppError>
 
 #[server(prefix = "/rpc", endpoint = "list_api_tokens")]
 pub async fn list_api_tokens() -> Result<Vec<ApiToken>, AppError> {
-    crate::ssr::respond(async move {
-        let req = crate::ssr::Request::current().await?;
-        let principal = req.principal().await?;
+    crate::ssr::signed_in(|req, principal| async move {
         cardpool_service::api_tokens::list_api_tokens(&req.services, &principal).await
     })
     .await
@@ -27,9 +23,7 @@ pub async fn list_api_tokens() -> Result<Vec<ApiToken>, AppError> {
 
 #[server(prefix = "/rpc", endpoint = "revoke_api_token")]
 pub async fn revoke_api_token(id: i64) -> Result<(), AppError> {
-    crate::ssr::respond(async move {
-        let req = crate::ssr::Request::current().await?;
-        let principal = req.principal().await?;
+    crate::ssr::signed_in(|req, principal| async move {
         cardpool_service::api_tokens::revoke_api_token(&req.services, &principal, id).await
     })
     .await

@@ -6,9 +6,7 @@ use leptos::prelude::*;
 
 #[server(prefix = "/rpc", endpoint = "create_enrollment_token")]
 pub async fn create_enrollment_token(location: String) -> Result<CreatedEnrollmentToken, AppError> {
-    crate::ssr::respond(async move {
-        let req = crate::ssr::Request::current().await?;
-        let principal = req.principal().await?;
+    crate::ssr::signed_in(|req, principal| async move {
         let headers = leptos_axum::extract::<http::HeaderMap>().await.map_err(|_| AppError::Internal)?;
         let url = req.state.server_url(&headers);
         cardpool_service::hosts::create_enrollment_token(&req.services, &principal, Some(&location), &url).await
@@ -18,9 +16,7 @@ pub async fn create_enrollment_token(location: String) -> Result<CreatedEnrollme
 
 #[server(prefix = "/rpc", endpoint = "list_hosts")]
 pub async fn list_hosts() -> Result<Vec<HostSummary>, AppError> {
-    crate::ssr::respond(async move {
-        let req = crate::ssr::Request::current().await?;
-        let principal = req.principal().await?;
+    crate::ssr::signed_in(|req, principal| async move {
         cardpool_service::hosts::list_hosts(&req.services, &principal).await
     })
     .await
@@ -28,9 +24,7 @@ pub async fn list_hosts() -> Result<Vec<HostSummary>, AppError> {
 
 #[server(prefix = "/rpc", endpoint = "get_host")]
 pub async fn get_host(id: i64) -> Result<HostDetail, AppError> {
-    crate::ssr::respond(async move {
-        let req = crate::ssr::Request::current().await?;
-        let principal = req.principal().await?;
+    crate::ssr::signed_in(|req, principal| async move {
         cardpool_service::hosts::get_host(&req.services, &principal, id).await
     })
     .await
@@ -38,9 +32,7 @@ pub async fn get_host(id: i64) -> Result<HostDetail, AppError> {
 
 #[server(prefix = "/rpc", endpoint = "revoke_host")]
 pub async fn revoke_host(id: i64) -> Result<(), AppError> {
-    crate::ssr::respond(async move {
-        let req = crate::ssr::Request::current().await?;
-        let principal = req.principal().await?;
+    crate::ssr::signed_in(|req, principal| async move {
         cardpool_service::hosts::revoke_host(&req.services, &principal, id).await
     })
     .await
@@ -55,10 +47,8 @@ pub async fn update_host_pricing(
     reserved: String,
     spot_min_bid: String,
 ) -> Result<GpuModelPrice, AppError> {
-    crate::ssr::respond(async move {
+    crate::ssr::signed_in(|req, principal| async move {
         use cardpool_domain::money::parse_dollars;
-        let req = crate::ssr::Request::current().await?;
-        let principal = req.principal().await?;
         let mut fields = cardpool_domain::FieldErrors::new();
         let mut dollars = |field: &str, raw: &str| {
             parse_dollars(raw).map_err(|m| fields.insert(field.to_owned(), m)).unwrap_or_default()
@@ -79,9 +69,7 @@ pub async fn update_host_pricing(
 
 #[server(prefix = "/rpc", endpoint = "set_host_listed")]
 pub async fn set_host_listed(id: i64, listed: bool) -> Result<(), AppError> {
-    crate::ssr::respond(async move {
-        let req = crate::ssr::Request::current().await?;
-        let principal = req.principal().await?;
+    crate::ssr::signed_in(|req, principal| async move {
         cardpool_service::hosts::set_host_listed(&req.services, &principal, id, listed).await
     })
     .await

@@ -6,9 +6,7 @@ use leptos::prelude::*;
 
 #[server(prefix = "/rpc", endpoint = "get_wallet")]
 pub async fn get_wallet() -> Result<Wallet, AppError> {
-    crate::ssr::respond(async move {
-        let req = crate::ssr::Request::current().await?;
-        let principal = req.principal().await?;
+    crate::ssr::signed_in(|req, principal| async move {
         cardpool_service::payments::get_wallet(&req.services, &principal).await
     })
     .await
@@ -16,9 +14,7 @@ pub async fn get_wallet() -> Result<Wallet, AppError> {
 
 #[server(prefix = "/rpc", endpoint = "get_top_up")]
 pub async fn get_top_up(id: i64) -> Result<TopUp, AppError> {
-    crate::ssr::respond(async move {
-        let req = crate::ssr::Request::current().await?;
-        let principal = req.principal().await?;
+    crate::ssr::signed_in(|req, principal| async move {
         cardpool_service::payments::get_top_up(&req.services, &principal, id).await
     })
     .await
@@ -26,9 +22,7 @@ pub async fn get_top_up(id: i64) -> Result<TopUp, AppError> {
 
 #[server(prefix = "/rpc", endpoint = "create_top_up")]
 pub async fn create_top_up(amount: String) -> Result<TopUpCreated, AppError> {
-    crate::ssr::respond(async move {
-        let req = crate::ssr::Request::current().await?;
-        let principal = req.principal().await?;
+    crate::ssr::signed_in(|req, principal| async move {
         cardpool_service::payments::create_top_up(
             &req.services,
             &principal,
@@ -41,9 +35,7 @@ pub async fn create_top_up(amount: String) -> Result<TopUpCreated, AppError> {
 
 #[server(prefix = "/rpc", endpoint = "list_transactions")]
 pub async fn list_transactions() -> Result<Vec<LedgerEntry>, AppError> {
-    crate::ssr::respond(async move {
-        let req = crate::ssr::Request::current().await?;
-        let principal = req.principal().await?;
+    crate::ssr::signed_in(|req, principal| async move {
         cardpool_service::payments::list_transactions(&req.services, &principal).await
     })
     .await
@@ -51,9 +43,7 @@ pub async fn list_transactions() -> Result<Vec<LedgerEntry>, AppError> {
 
 #[server(prefix = "/rpc", endpoint = "get_receipt")]
 pub async fn get_receipt(id: i64) -> Result<Receipt, AppError> {
-    crate::ssr::respond(async move {
-        let req = crate::ssr::Request::current().await?;
-        let principal = req.principal().await?;
+    crate::ssr::signed_in(|req, principal| async move {
         cardpool_service::payments::get_receipt(&req.services, &principal, id).await
     })
     .await
@@ -61,9 +51,7 @@ pub async fn get_receipt(id: i64) -> Result<Receipt, AppError> {
 
 #[server(prefix = "/rpc", endpoint = "get_earnings")]
 pub async fn get_earnings() -> Result<Earnings, AppError> {
-    crate::ssr::respond(async move {
-        let req = crate::ssr::Request::current().await?;
-        let principal = req.principal().await?;
+    crate::ssr::signed_in(|req, principal| async move {
         cardpool_service::payouts::get_earnings(&req.services, &principal).await
     })
     .await
@@ -71,9 +59,7 @@ pub async fn get_earnings() -> Result<Earnings, AppError> {
 
 #[server(prefix = "/rpc", endpoint = "list_earnings_entries")]
 pub async fn list_earnings_entries() -> Result<Vec<LedgerEntry>, AppError> {
-    crate::ssr::respond(async move {
-        let req = crate::ssr::Request::current().await?;
-        let principal = req.principal().await?;
+    crate::ssr::signed_in(|req, principal| async move {
         cardpool_service::payouts::list_earnings_entries(&req.services, &principal).await
     })
     .await
@@ -81,9 +67,7 @@ pub async fn list_earnings_entries() -> Result<Vec<LedgerEntry>, AppError> {
 
 #[server(prefix = "/rpc", endpoint = "create_onboarding_link")]
 pub async fn create_onboarding_link() -> Result<OnboardingLink, AppError> {
-    crate::ssr::respond(async move {
-        let req = crate::ssr::Request::current().await?;
-        let principal = req.principal().await?;
+    crate::ssr::signed_in(|req, principal| async move {
         cardpool_service::payouts::create_onboarding_link(&req.services, &principal).await
     })
     .await
@@ -92,9 +76,7 @@ pub async fn create_onboarding_link() -> Result<OnboardingLink, AppError> {
 /// An empty amount pays out everything available.
 #[server(prefix = "/rpc", endpoint = "request_payout")]
 pub async fn request_payout(amount: String) -> Result<Payout, AppError> {
-    crate::ssr::respond(async move {
-        let req = crate::ssr::Request::current().await?;
-        let principal = req.principal().await?;
+    crate::ssr::signed_in(|req, principal| async move {
         let request = cardpool_domain::payments::RequestPayoutRequest { amount: Some(amount) };
         cardpool_service::payouts::request_payout(&req.services, &principal, &request).await
     })
@@ -103,9 +85,7 @@ pub async fn request_payout(amount: String) -> Result<Payout, AppError> {
 
 #[server(prefix = "/rpc", endpoint = "admin_credit")]
 pub async fn admin_credit(email: String, amount: String, kind: String, reason: String) -> Result<Adjustment, AppError> {
-    crate::ssr::respond(async move {
-        let req = crate::ssr::Request::current().await?;
-        let principal = req.principal().await?;
+    crate::ssr::signed_in(|req, principal| async move {
         use cardpool_domain::payments::{AdjustmentKind, AdminCreditRequest};
         let kind = match kind.as_str() {
             "refund" => AdjustmentKind::Refund,
@@ -120,9 +100,7 @@ pub async fn admin_credit(email: String, amount: String, kind: String, reason: S
 
 #[server(prefix = "/rpc", endpoint = "list_admin_credits")]
 pub async fn list_admin_credits() -> Result<Vec<Adjustment>, AppError> {
-    crate::ssr::respond(async move {
-        let req = crate::ssr::Request::current().await?;
-        let principal = req.principal().await?;
+    crate::ssr::signed_in(|req, principal| async move {
         cardpool_service::payments::list_adjustments(&req.services, &principal).await
     })
     .await

@@ -8,9 +8,7 @@ use leptos::prelude::*;
 /// per field.
 #[server(prefix = "/rpc", endpoint = "book_rental")]
 pub async fn book_rental(form: BookingForm) -> Result<Rental, AppError> {
-    crate::ssr::respond(async move {
-        let req = crate::ssr::Request::current().await?;
-        let principal = req.principal().await?;
+    crate::ssr::signed_in(|req, principal| async move {
         cardpool_service::rentals::book_offer(&req.services, &principal, &form.parse()?).await
     })
     .await
@@ -18,9 +16,7 @@ pub async fn book_rental(form: BookingForm) -> Result<Rental, AppError> {
 
 #[server(prefix = "/rpc", endpoint = "list_rentals")]
 pub async fn list_rentals() -> Result<Vec<Rental>, AppError> {
-    crate::ssr::respond(async move {
-        let req = crate::ssr::Request::current().await?;
-        let principal = req.principal().await?;
+    crate::ssr::signed_in(|req, principal| async move {
         cardpool_service::rentals::list_rentals(&req.services, &principal).await
     })
     .await
@@ -28,9 +24,7 @@ pub async fn list_rentals() -> Result<Vec<Rental>, AppError> {
 
 #[server(prefix = "/rpc", endpoint = "get_rental")]
 pub async fn get_rental(id: i64) -> Result<RentalDetail, AppError> {
-    crate::ssr::respond(async move {
-        let req = crate::ssr::Request::current().await?;
-        let principal = req.principal().await?;
+    crate::ssr::signed_in(|req, principal| async move {
         cardpool_service::rentals::get_rental(&req.services, &principal, id).await
     })
     .await
@@ -38,9 +32,7 @@ pub async fn get_rental(id: i64) -> Result<RentalDetail, AppError> {
 
 #[server(prefix = "/rpc", endpoint = "stop_rental")]
 pub async fn stop_rental(id: i64) -> Result<Rental, AppError> {
-    crate::ssr::respond(async move {
-        let req = crate::ssr::Request::current().await?;
-        let principal = req.principal().await?;
+    crate::ssr::signed_in(|req, principal| async move {
         cardpool_service::rentals::stop_rental(&req.services, &principal, id).await
     })
     .await
@@ -48,9 +40,7 @@ pub async fn stop_rental(id: i64) -> Result<Rental, AppError> {
 
 #[server(prefix = "/rpc", endpoint = "change_bid")]
 pub async fn change_bid(id: i64, bid: String) -> Result<Rental, AppError> {
-    crate::ssr::respond(async move {
-        let req = crate::ssr::Request::current().await?;
-        let principal = req.principal().await?;
+    crate::ssr::signed_in(|req, principal| async move {
         let bid_micros = cardpool_domain::money::parse_dollars(&bid).map_err(|e| AppError::invalid_field("bid", e))?;
         cardpool_service::rentals::change_bid(&req.services, &principal, id, bid_micros).await
     })

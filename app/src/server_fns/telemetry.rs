@@ -6,9 +6,7 @@ use leptos::prelude::*;
 
 #[server(prefix = "/rpc", endpoint = "load_telemetry")]
 pub async fn load_telemetry(scope: TelemetryScope) -> Result<TelemetryView, AppError> {
-    crate::ssr::respond(async move {
-        let req = crate::ssr::Request::current().await?;
-        let principal = req.principal().await?;
+    crate::ssr::signed_in(|req, principal| async move {
         cardpool_service::telemetry::view(&req.services, &principal, scope).await
     })
     .await
@@ -16,9 +14,7 @@ pub async fn load_telemetry(scope: TelemetryScope) -> Result<TelemetryView, AppE
 
 #[server(prefix = "/rpc", endpoint = "load_fleet")]
 pub async fn load_fleet() -> Result<FleetOverview, AppError> {
-    crate::ssr::respond(async move {
-        let req = crate::ssr::Request::current().await?;
-        let principal = req.principal().await?;
+    crate::ssr::signed_in(|req, principal| async move {
         cardpool_service::telemetry::fleet(&req.services, &principal).await
     })
     .await
@@ -26,9 +22,7 @@ pub async fn load_fleet() -> Result<FleetOverview, AppError> {
 
 #[server(prefix = "/rpc", endpoint = "load_my_hosts")]
 pub async fn load_my_hosts() -> Result<FleetOverview, AppError> {
-    crate::ssr::respond(async move {
-        let req = crate::ssr::Request::current().await?;
-        let principal = req.principal().await?;
+    crate::ssr::signed_in(|req, principal| async move {
         cardpool_service::telemetry::my_hosts(&req.services, &principal).await
     })
     .await
@@ -36,9 +30,7 @@ pub async fn load_my_hosts() -> Result<FleetOverview, AppError> {
 
 #[server(prefix = "/rpc", endpoint = "list_alerts")]
 pub async fn list_alerts() -> Result<Vec<Alert>, AppError> {
-    crate::ssr::respond(async move {
-        let req = crate::ssr::Request::current().await?;
-        let principal = req.principal().await?;
+    crate::ssr::signed_in(|req, principal| async move {
         cardpool_service::alerts::list_alerts(&req.services, &principal).await
     })
     .await
@@ -46,9 +38,7 @@ pub async fn list_alerts() -> Result<Vec<Alert>, AppError> {
 
 #[server(prefix = "/rpc", endpoint = "acknowledge_alert")]
 pub async fn acknowledge_alert(id: i64) -> Result<(), AppError> {
-    crate::ssr::respond(async move {
-        let req = crate::ssr::Request::current().await?;
-        let principal = req.principal().await?;
+    crate::ssr::signed_in(|req, principal| async move {
         cardpool_service::alerts::acknowledge(&req.services, &principal, id).await
     })
     .await
@@ -57,9 +47,7 @@ pub async fn acknowledge_alert(id: i64) -> Result<(), AppError> {
 /// Energy delivered per rental on the caller's hosts.
 #[server(prefix = "/rpc", endpoint = "provider_energy")]
 pub async fn provider_energy() -> Result<Vec<DeliveredEnergy>, AppError> {
-    crate::ssr::respond(async move {
-        let req = crate::ssr::Request::current().await?;
-        let principal = req.principal().await?;
+    crate::ssr::signed_in(|req, principal| async move {
         cardpool_service::telemetry::provider_energy(&req.services, &principal).await
     })
     .await

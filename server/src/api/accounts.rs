@@ -1,6 +1,6 @@
 //! `/api/v1/auth/*`, `/api/v1/me*` and `/api/v1/users*`.
 
-use super::{ApiError, ApiJson, ApiResult, Caller, RequestSession};
+use crate::edges::{ApiError, ApiJson, ApiResult, Caller, RequestSession};
 use axum::{
     Extension, Json,
     extract::{Path, State},
@@ -16,9 +16,23 @@ use cardpool_service::{
     accounts,
     auth::{self, ClientIp},
 };
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+/// This module's operations, each registered once: its route and its OpenAPI path.
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(sign_up))
+        .routes(routes!(sign_in))
+        .routes(routes!(sign_out))
+        .routes(routes!(get_me))
+        .routes(routes!(change_password))
+        .routes(routes!(enable_provider))
+        .routes(routes!(list_users))
+        .routes(routes!(grant_admin))
+}
 
 /// Creates an account and signs it in (sets the session cookie).
-#[utoipa::path(post, path = "/api/v1/auth/sign-up", operation_id = "sign_up", tag = "accounts",
+#[utoipa::path(post, path = "/auth/sign-up", operation_id = "sign_up", tag = "accounts",
     request_body = SignUpRequest,
     responses((status = 201, body = Me), (status = 422, description = "Invalid fields", body = ErrorBody)))]
 pub async fn sign_up(
@@ -26,13 +40,11 @@ pub async fn sign_up(
     RequestSession(session): RequestSession,
     ApiJson(request): ApiJson<SignUpRequest>,
 ) -> ApiResult<(StatusCode, Json<Me>)> {
-    let me = accounts::sign_up(&state.services, &request).await?;
-    auth::start_session(&session, me.id, 0).await?;
-    Ok((StatusCode::CREATED, Json(me)))
+    Ok((StatusCode::CREATED, Json(accounts::sign_up(&state.services, &session, &request).await?)))
 }
 
 /// Signs in with email and password (sets a fresh session cookie).
-#[utoipa::path(post, path = "/api/v1/auth/sign-in", operation_id = "sign_in", tag = "accounts",
+#[utoipa::path(post, path = "/auth/sign-in", operation_id = "sign_in", tag = "accounts",
     request_body = SignInRequest,
     responses(
         (status = 200, body = Me),
@@ -45,13 +57,11 @@ pub async fn sign_in(
     ApiJson(request): ApiJson<SignInRequest>,
 ) -> ApiResult<Json<Me>> {
     let ip = client_ip.map(|e| e.0.0).unwrap_or_default();
-    let (me, epoch) = accounts::sign_in(&state.services, &request, ip).await?;
-    auth::start_session(&session, me.id, epoch).await?;
-    Ok(Json(me))
+    Ok(Json(accounts::sign_in(&state.services, &session, &request, ip).await?))
 }
 
 /// Ends the browser session.
-#[utoipa::path(post, path = "/api/v1/auth/sign-out", operation_id = "sign_out", tag = "accounts",
+#[utoipa::path(post, path = "/auth/sign-out", operation_id = "sign_out", tag = "accounts",
     responses((status = 204, description = "Signed out")))]
 pub async fn sign_out(RequestSession(session): RequestSession) -> ApiResult<StatusCode> {
     auth::end_session(&session).await?;
@@ -59,7 +69,7 @@ pub async fn sign_out(RequestSession(session): RequestSession) -> ApiResult<Stat
 }
 
 /// The caller's own account.
-#[utoipa::path(get, path = "/api/v1/me", operation_id = "get_me", tag = "accounts",
+#[utoipa::path(get, path = "/me", operation_id = "get_me", tag = "accounts",
     security(("bearer" = []), ("session" = [])),
     responses((status = 200, body = Me), (status = 401, body = ErrorBody)))]
 pub async fn get_me(State(state): State<AppState>, Caller(caller): Caller) -> ApiResult<Json<Me>> {
@@ -67,7 +77,7 @@ pub async fn get_me(State(state): State<AppState>, Caller(caller): Caller) -> Ap
 }
 
 /// Changes the password; every other session of the account ends. Browser sessions only.
-#[utoipa::path(post, path = "/api/v1/me/password", operation_id = "change_password", tag = "accounts",
+#[utoipa::path(post, path = "/me/password", operation_id = "change_password", tag = "accounts",
     security(("session" = [])),
     request_body = ChangePasswordRequest,
     responses((status = 204, description = "Changed"), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)))]
@@ -77,13 +87,12 @@ pub async fn change_password(
     Caller(caller): Caller,
     ApiJson(request): ApiJson<ChangePasswordRequest>,
 ) -> ApiResult<StatusCode> {
-    let epoch = accounts::change_password(&state.services, &caller, &request).await?;
-    auth::refresh_session_epoch(&session, epoch).await?;
+    accounts::change_password(&state.services, &session, &caller, &request).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 /// Turns on provider features for the caller's account.
-#[utoipa::path(post, path = "/api/v1/me/provider", operation_id = "enable_provider", tag = "accounts",
+#[utoipa::path(post, path = "/me/provider", operation_id = "enable_provider", tag = "accounts",
     security(("bearer" = []), ("session" = [])),
     responses((status = 200, body = Me), (status = 401, body = ErrorBody)))]
 pub async fn enable_provider(State(state): State<AppState>, Caller(caller): Caller) -> ApiResult<Json<Me>> {
@@ -91,7 +100,7 @@ pub async fn enable_provider(State(state): State<AppState>, Caller(caller): Call
 }
 
 /// Every account (admins only).
-#[utoipa::path(get, path = "/api/v1/users", operation_id = "list_users", tag = "accounts",
+#[utoipa::path(get, path = "/users", operation_id = "list_users", tag = "accounts",
     security(("bearer" = []), ("session" = [])),
     responses((status = 200, body = Vec<UserSummary>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub async fn list_users(State(state): State<AppState>, Caller(caller): Caller) -> ApiResult<Json<Vec<UserSummary>>> {
@@ -99,7 +108,7 @@ pub async fn list_users(State(state): State<AppState>, Caller(caller): Caller) -
 }
 
 /// Makes an account an admin (admins only).
-#[utoipa::path(post, path = "/api/v1/users/{id}/admin", operation_id = "grant_admin", tag = "accounts",
+#[utoipa::path(post, path = "/users/{id}/admin", operation_id = "grant_admin", tag = "accounts",
     security(("bearer" = []), ("session" = [])),
     params(("id" = i64, Path, description = "Account id")),
     responses((status = 200, body = UserSummary), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]

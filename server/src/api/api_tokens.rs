@@ -1,6 +1,6 @@
 //! `/api/v1/tokens*`: personal API tokens.
 
-use super::{ApiError, ApiJson, ApiResult, Caller};
+use crate::edges::{ApiError, ApiJson, ApiResult, Caller};
 use axum::{
     Json,
     extract::{Path, State},
@@ -13,9 +13,15 @@ use cardpool_domain::{
     error::ErrorBody,
 };
 use cardpool_service::api_tokens;
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+/// This module's operations, each registered once: its route and its OpenAPI path.
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(list_api_tokens, create_api_token)).routes(routes!(revoke_api_token))
+}
 
 /// Creates a token. The `secret` in the answer is shown only this once.
-#[utoipa::path(post, path = "/api/v1/tokens", operation_id = "create_api_token", tag = "tokens",
+#[utoipa::path(post, path = "/tokens", operation_id = "create_api_token", tag = "tokens",
     security(("bearer" = []), ("session" = [])),
     request_body = CreateApiTokenRequest,
     responses((status = 201, body = CreatedApiToken), (status = 401, body = ErrorBody), (status = 422, body = ErrorBody)))]
@@ -29,7 +35,7 @@ pub async fn create_api_token(
 }
 
 /// The caller's active tokens (never their secrets).
-#[utoipa::path(get, path = "/api/v1/tokens", operation_id = "list_api_tokens", tag = "tokens",
+#[utoipa::path(get, path = "/tokens", operation_id = "list_api_tokens", tag = "tokens",
     security(("bearer" = []), ("session" = [])),
     responses((status = 200, body = Vec<ApiToken>), (status = 401, body = ErrorBody)))]
 pub async fn list_api_tokens(State(state): State<AppState>, Caller(caller): Caller) -> ApiResult<Json<Vec<ApiToken>>> {
@@ -37,7 +43,7 @@ pub async fn list_api_tokens(State(state): State<AppState>, Caller(caller): Call
 }
 
 /// Revokes one of the caller's tokens; it stops working at once.
-#[utoipa::path(delete, path = "/api/v1/tokens/{id}", operation_id = "revoke_api_token", tag = "tokens",
+#[utoipa::path(delete, path = "/tokens/{id}", operation_id = "revoke_api_token", tag = "tokens",
     security(("bearer" = []), ("session" = [])),
     params(("id" = i64, Path, description = "Token id")),
     responses((status = 204, description = "Revoked"), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]

@@ -1,6 +1,6 @@
 //! `/api/v1/enrollment-tokens`, `/api/v1/agent/enroll` and `/api/v1/hosts*`.
 
-use super::{ApiError, ApiJson, ApiResult, Caller};
+use crate::edges::{ApiError, ApiJson, ApiResult, Caller};
 use axum::{
     Json,
     extract::{Path, State},
@@ -16,9 +16,22 @@ use cardpool_domain::{
     },
 };
 use cardpool_service::hosts;
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+/// This module's operations, each registered once: its route and its OpenAPI path.
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(create_enrollment_token))
+        .routes(routes!(enroll_host))
+        .routes(routes!(list_hosts))
+        .routes(routes!(get_host))
+        .routes(routes!(revoke_host))
+        .routes(routes!(update_host_pricing))
+        .routes(routes!(set_host_listed))
+}
 
 /// Creates a single-use enrollment token (valid one hour) and the command to run on the host.
-#[utoipa::path(post, path = "/api/v1/enrollment-tokens", operation_id = "create_enrollment_token", tag = "hosts",
+#[utoipa::path(post, path = "/enrollment-tokens", operation_id = "create_enrollment_token", tag = "hosts",
     security(("bearer" = []), ("session" = [])),
     request_body = CreateEnrollmentTokenRequest,
     responses((status = 201, body = CreatedEnrollmentToken), (status = 403, description = "Not a provider", body = ErrorBody)))]
@@ -34,7 +47,7 @@ pub async fn create_enrollment_token(
 }
 
 /// Called by `cardpool-agent enroll`: exchanges an enrollment token for a host credential.
-#[utoipa::path(post, path = "/api/v1/agent/enroll", operation_id = "enroll_host", tag = "hosts",
+#[utoipa::path(post, path = "/agent/enroll", operation_id = "enroll_host", tag = "hosts",
     request_body = EnrollHostRequest,
     responses((status = 201, body = EnrolledHost), (status = 401, description = "Unknown, used or expired token", body = ErrorBody)))]
 pub async fn enroll_host(
@@ -46,7 +59,7 @@ pub async fn enroll_host(
 }
 
 /// The caller's hosts (all hosts for an admin).
-#[utoipa::path(get, path = "/api/v1/hosts", operation_id = "list_hosts", tag = "hosts",
+#[utoipa::path(get, path = "/hosts", operation_id = "list_hosts", tag = "hosts",
     security(("bearer" = []), ("session" = [])),
     responses((status = 200, body = Vec<HostSummary>), (status = 403, body = ErrorBody)))]
 pub async fn list_hosts(State(state): State<AppState>, Caller(caller): Caller) -> ApiResult<Json<Vec<HostSummary>>> {
@@ -58,7 +71,7 @@ fn host_id(id: Result<Path<i64>, axum::extract::rejection::PathRejection>) -> Re
 }
 
 /// One host with its GPUs and status history.
-#[utoipa::path(get, path = "/api/v1/hosts/{id}", operation_id = "get_host", tag = "hosts",
+#[utoipa::path(get, path = "/hosts/{id}", operation_id = "get_host", tag = "hosts",
     security(("bearer" = []), ("session" = [])),
     params(("id" = i64, Path, description = "Host id")),
     responses((status = 200, body = HostDetail), (status = 404, body = ErrorBody)))]
@@ -71,7 +84,7 @@ pub async fn get_host(
 }
 
 /// Revokes a host: its credential stops working and its agent is disconnected within seconds.
-#[utoipa::path(post, path = "/api/v1/hosts/{id}/revoke", operation_id = "revoke_host", tag = "hosts",
+#[utoipa::path(post, path = "/hosts/{id}/revoke", operation_id = "revoke_host", tag = "hosts",
     security(("bearer" = []), ("session" = [])),
     params(("id" = i64, Path, description = "Host id")),
     responses((status = 204, description = "Revoked"), (status = 404, body = ErrorBody)))]
@@ -85,7 +98,7 @@ pub async fn revoke_host(
 }
 
 /// Sets the prices of one GPU model on one of the caller's hosts (micro-dollars per GPU-hour).
-#[utoipa::path(put, path = "/api/v1/hosts/{id}/pricing", operation_id = "update_host_pricing", tag = "hosts",
+#[utoipa::path(put, path = "/hosts/{id}/pricing", operation_id = "update_host_pricing", tag = "hosts",
     security(("bearer" = []), ("session" = [])),
     params(("id" = i64, Path, description = "Host id")),
     request_body = GpuModelPrice,
@@ -100,7 +113,7 @@ pub async fn update_host_pricing(
 }
 
 /// Lists one of the caller's hosts on the market, or takes it off.
-#[utoipa::path(put, path = "/api/v1/hosts/{id}/listing", operation_id = "set_host_listed", tag = "hosts",
+#[utoipa::path(put, path = "/hosts/{id}/listing", operation_id = "set_host_listed", tag = "hosts",
     security(("bearer" = []), ("session" = [])),
     params(("id" = i64, Path, description = "Host id")),
     request_body = SetHostListedRequest,

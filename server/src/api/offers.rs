@@ -1,6 +1,6 @@
 //! `/api/v1/offers`: the marketplace search, open to everyone.
 
-use super::{ApiError, ApiResult};
+use crate::edges::{ApiError, ApiResult};
 use axum::{
     Json,
     extract::{Query, State, rejection::QueryRejection},
@@ -12,9 +12,15 @@ use cardpool_domain::{
     offers::{OfferPage, OfferQuery},
 };
 use cardpool_service::offers;
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+/// This module's operations, each registered once: its route and its OpenAPI path.
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(list_offers))
+}
 
 /// Free GPUs of listed, online hosts, one offer per host and GPU model, filtered and sorted.
-#[utoipa::path(get, path = "/api/v1/offers", operation_id = "list_offers", tag = "offers",
+#[utoipa::path(get, path = "/offers", operation_id = "list_offers", tag = "offers",
     params(OfferQuery),
     responses((status = 200, body = OfferPage), (status = 422, description = "A filter is malformed", body = ErrorBody)))]
 pub async fn list_offers(

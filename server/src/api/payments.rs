@@ -1,7 +1,7 @@
 //! `/api/v1/wallet*`, `/api/v1/earnings*`, `/api/v1/payouts`, `/api/v1/admin/credits`, and
 //! Stripe's webhook endpoint `/stripe/webhook`.
 
-use super::{ApiError, ApiJson, ApiResult, Caller};
+use crate::edges::{ApiError, ApiJson, ApiResult, Caller};
 use axum::{
     Json,
     extract::{Path, State, rejection::PathRejection},
@@ -21,13 +21,30 @@ use cardpool_service::{
     payments::{self, WebhookFailure, WebhookOutcome},
     payouts,
 };
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+/// This module's operations, each registered once: its route and its OpenAPI path.
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(get_wallet))
+        .routes(routes!(create_top_up))
+        .routes(routes!(get_top_up))
+        .routes(routes!(list_transactions))
+        .routes(routes!(export_transactions))
+        .routes(routes!(get_receipt))
+        .routes(routes!(get_earnings))
+        .routes(routes!(list_earnings_entries))
+        .routes(routes!(create_onboarding_link))
+        .routes(routes!(request_payout))
+        .routes(routes!(list_admin_credits, admin_credit))
+}
 
 fn id_of(id: Result<Path<i64>, PathRejection>, what: &str) -> Result<i64, ApiError> {
     id.map(|Path(id)| id).map_err(|_| ApiError(AppError::invalid_field("id", format!("not a {what} id"))))
 }
 
 /// The caller's wallet: balance, held funds and top-ups awaiting payment.
-#[utoipa::path(get, path = "/api/v1/wallet", operation_id = "get_wallet", tag = "payments",
+#[utoipa::path(get, path = "/wallet", operation_id = "get_wallet", tag = "payments",
     security(("bearer" = []), ("session" = [])),
     responses((status = 200, body = Wallet), (status = 401, body = ErrorBody)))]
 pub async fn get_wallet(State(state): State<AppState>, Caller(caller): Caller) -> ApiResult<Json<Wallet>> {
@@ -36,7 +53,7 @@ pub async fn get_wallet(State(state): State<AppState>, Caller(caller): Caller) -
 
 /// Starts a top-up and returns the Stripe Checkout URL to pay at. The wallet is credited when
 /// Stripe confirms payment (webhook), not before.
-#[utoipa::path(post, path = "/api/v1/wallet/top-ups", operation_id = "create_top_up", tag = "payments",
+#[utoipa::path(post, path = "/wallet/top-ups", operation_id = "create_top_up", tag = "payments",
     security(("bearer" = []), ("session" = [])),
     request_body = CreateTopUpRequest,
     responses((status = 201, body = TopUpCreated), (status = 422, body = ErrorBody), (status = 503, description = "Stripe unavailable", body = ErrorBody)))]
@@ -49,7 +66,7 @@ pub async fn create_top_up(
 }
 
 /// One of the caller's top-ups.
-#[utoipa::path(get, path = "/api/v1/wallet/top-ups/{id}", operation_id = "get_top_up", tag = "payments",
+#[utoipa::path(get, path = "/wallet/top-ups/{id}", operation_id = "get_top_up", tag = "payments",
     security(("bearer" = []), ("session" = [])),
     params(("id" = i64, Path, description = "Top-up id")),
     responses((status = 200, body = TopUp), (status = 404, body = ErrorBody)))]
@@ -62,7 +79,7 @@ pub async fn get_top_up(
 }
 
 /// The caller's wallet history, newest first, with the running balance.
-#[utoipa::path(get, path = "/api/v1/wallet/transactions", operation_id = "list_transactions", tag = "payments",
+#[utoipa::path(get, path = "/wallet/transactions", operation_id = "list_transactions", tag = "payments",
     security(("bearer" = []), ("session" = [])),
     responses((status = 200, body = Vec<LedgerEntry>), (status = 401, body = ErrorBody)))]
 pub async fn list_transactions(
@@ -73,7 +90,7 @@ pub async fn list_transactions(
 }
 
 /// The caller's wallet history as CSV.
-#[utoipa::path(get, path = "/api/v1/wallet/transactions.csv", operation_id = "export_transactions", tag = "payments",
+#[utoipa::path(get, path = "/wallet/transactions.csv", operation_id = "export_transactions", tag = "payments",
     security(("bearer" = []), ("session" = [])),
     responses((status = 200, description = "CSV, oldest first", content_type = "text/csv"), (status = 401, body = ErrorBody)))]
 pub async fn export_transactions(State(state): State<AppState>, Caller(caller): Caller) -> ApiResult<Response> {
@@ -89,7 +106,7 @@ pub async fn export_transactions(State(state): State<AppState>, Caller(caller): 
 }
 
 /// A receipt for one transaction on the caller's wallet.
-#[utoipa::path(get, path = "/api/v1/wallet/transactions/{id}/receipt", operation_id = "get_receipt", tag = "payments",
+#[utoipa::path(get, path = "/wallet/transactions/{id}/receipt", operation_id = "get_receipt", tag = "payments",
     security(("bearer" = []), ("session" = [])),
     params(("id" = i64, Path, description = "Ledger transaction id")),
     responses((status = 200, body = Receipt), (status = 404, body = ErrorBody)))]
@@ -102,7 +119,7 @@ pub async fn get_receipt(
 }
 
 /// The provider's earnings (pending, available, paid out), Connect status and payouts.
-#[utoipa::path(get, path = "/api/v1/earnings", operation_id = "get_earnings", tag = "payments",
+#[utoipa::path(get, path = "/earnings", operation_id = "get_earnings", tag = "payments",
     security(("bearer" = []), ("session" = [])),
     responses((status = 200, body = Earnings), (status = 403, description = "Not a provider", body = ErrorBody)))]
 pub async fn get_earnings(State(state): State<AppState>, Caller(caller): Caller) -> ApiResult<Json<Earnings>> {
@@ -110,7 +127,7 @@ pub async fn get_earnings(State(state): State<AppState>, Caller(caller): Caller)
 }
 
 /// The provider's earnings history, newest first.
-#[utoipa::path(get, path = "/api/v1/earnings/entries", operation_id = "list_earnings_entries", tag = "payments",
+#[utoipa::path(get, path = "/earnings/entries", operation_id = "list_earnings_entries", tag = "payments",
     security(("bearer" = []), ("session" = [])),
     responses((status = 200, body = Vec<LedgerEntry>), (status = 403, body = ErrorBody)))]
 pub async fn list_earnings_entries(
@@ -121,7 +138,7 @@ pub async fn list_earnings_entries(
 }
 
 /// A Stripe Connect Express onboarding link (the account is created on first use).
-#[utoipa::path(post, path = "/api/v1/earnings/onboarding-link", operation_id = "create_onboarding_link", tag = "payments",
+#[utoipa::path(post, path = "/earnings/onboarding-link", operation_id = "create_onboarding_link", tag = "payments",
     security(("bearer" = []), ("session" = [])),
     responses((status = 201, body = OnboardingLink), (status = 403, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn create_onboarding_link(
@@ -132,7 +149,7 @@ pub async fn create_onboarding_link(
 }
 
 /// Pays out available earnings (all of them when no amount is given).
-#[utoipa::path(post, path = "/api/v1/payouts", operation_id = "request_payout", tag = "payments",
+#[utoipa::path(post, path = "/payouts", operation_id = "request_payout", tag = "payments",
     security(("bearer" = []), ("session" = [])),
     request_body = RequestPayoutRequest,
     responses((status = 201, body = Payout), (status = 402, description = "Not enough available earnings", body = ErrorBody), (status = 409, description = "Onboarding unfinished", body = ErrorBody)))]
@@ -145,7 +162,7 @@ pub async fn request_payout(
 }
 
 /// An admin credits or refunds an account's wallet, with a reason (audited).
-#[utoipa::path(post, path = "/api/v1/admin/credits", operation_id = "admin_credit", tag = "payments",
+#[utoipa::path(post, path = "/admin/credits", operation_id = "admin_credit", tag = "payments",
     security(("bearer" = []), ("session" = [])),
     request_body = AdminCreditRequest,
     responses((status = 201, body = Adjustment), (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)))]
@@ -158,7 +175,7 @@ pub async fn admin_credit(
 }
 
 /// Every admin credit and refund (the audit trail).
-#[utoipa::path(get, path = "/api/v1/admin/credits", operation_id = "list_admin_credits", tag = "payments",
+#[utoipa::path(get, path = "/admin/credits", operation_id = "list_admin_credits", tag = "payments",
     security(("bearer" = []), ("session" = [])),
     responses((status = 200, body = Vec<Adjustment>), (status = 403, body = ErrorBody)))]
 pub async fn list_admin_credits(

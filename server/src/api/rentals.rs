@@ -1,6 +1,6 @@
 //! `/api/v1/rentals`: book an offer, list and watch rentals, stop them, change a spot bid.
 
-use super::{ApiError, ApiJson, ApiResult, Caller};
+use crate::edges::{ApiError, ApiJson, ApiResult, Caller};
 use axum::{
     Json,
     extract::{Path, State, rejection::PathRejection},
@@ -13,6 +13,16 @@ use cardpool_domain::{
     rentals::{BookOfferRequest, ChangeBidRequest, Rental, RentalDetail},
 };
 use cardpool_service::rentals;
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+/// This module's operations, each registered once: its route and its OpenAPI path.
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list_rentals, book_offer))
+        .routes(routes!(get_rental))
+        .routes(routes!(stop_rental))
+        .routes(routes!(change_bid))
+}
 
 fn id_of(id: Result<Path<i64>, PathRejection>) -> Result<i64, ApiError> {
     id.map(|Path(id)| id).map_err(|_| ApiError(AppError::invalid_field("id", "not a rental id")))
@@ -21,7 +31,7 @@ fn id_of(id: Result<Path<i64>, PathRejection>) -> Result<i64, ApiError> {
 /// Books GPUs of one offer: on-demand (now, until stopped), reserved (`starts_at` + `hours`,
 /// prepaid) or spot (`bid_micros`, preemptible). The agent then attaches the GPUs; watch the
 /// rental's state with `get_rental`.
-#[utoipa::path(post, path = "/api/v1/rentals", operation_id = "book_offer", tag = "rentals",
+#[utoipa::path(post, path = "/rentals", operation_id = "book_offer", tag = "rentals",
     security(("bearer" = []), ("session" = [])),
     request_body = BookOfferRequest,
     responses((status = 201, body = Rental), (status = 402, description = "Balance too low (the shortfall is in the message)", body = ErrorBody),
@@ -35,7 +45,7 @@ pub async fn book_offer(
 }
 
 /// The caller's rentals, newest first.
-#[utoipa::path(get, path = "/api/v1/rentals", operation_id = "list_rentals", tag = "rentals",
+#[utoipa::path(get, path = "/rentals", operation_id = "list_rentals", tag = "rentals",
     security(("bearer" = []), ("session" = [])),
     responses((status = 200, body = Vec<Rental>), (status = 401, body = ErrorBody)))]
 pub async fn list_rentals(State(state): State<AppState>, Caller(caller): Caller) -> ApiResult<Json<Vec<Rental>>> {
@@ -43,7 +53,7 @@ pub async fn list_rentals(State(state): State<AppState>, Caller(caller): Caller)
 }
 
 /// One rental and its timeline.
-#[utoipa::path(get, path = "/api/v1/rentals/{id}", operation_id = "get_rental", tag = "rentals",
+#[utoipa::path(get, path = "/rentals/{id}", operation_id = "get_rental", tag = "rentals",
     security(("bearer" = []), ("session" = [])),
     params(("id" = i64, Path, description = "Rental id")),
     responses((status = 200, body = RentalDetail), (status = 404, body = ErrorBody)))]
@@ -57,7 +67,7 @@ pub async fn get_rental(
 
 /// Stops a rental: billing ends now and the agent releases the GPUs. A reservation that has
 /// not started is cancelled and refunded.
-#[utoipa::path(post, path = "/api/v1/rentals/{id}/stop", operation_id = "stop_rental", tag = "rentals",
+#[utoipa::path(post, path = "/rentals/{id}/stop", operation_id = "stop_rental", tag = "rentals",
     security(("bearer" = []), ("session" = [])),
     params(("id" = i64, Path, description = "Rental id")),
     responses((status = 200, body = Rental), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
@@ -70,7 +80,7 @@ pub async fn stop_rental(
 }
 
 /// Changes a live spot rental's bid per GPU-hour.
-#[utoipa::path(put, path = "/api/v1/rentals/{id}/bid", operation_id = "change_bid", tag = "rentals",
+#[utoipa::path(put, path = "/rentals/{id}/bid", operation_id = "change_bid", tag = "rentals",
     security(("bearer" = []), ("session" = [])),
     params(("id" = i64, Path, description = "Rental id")),
     request_body = ChangeBidRequest,

@@ -3,7 +3,7 @@
 //! is re-checked every few seconds together with the caller's sign-in: a rental that ends, a
 //! session that signs out or an API token revoked closes the feed with an `end` event.
 
-use super::{ApiError, ApiResult, Caller, RequestSession};
+use crate::edges::{ApiError, ApiResult, Caller, RequestSession};
 use axum::{
     Json,
     extract::{Path, Query, State, rejection::PathRejection},
@@ -16,15 +16,22 @@ use cardpool_domain::{
     error::ErrorBody,
     telemetry::{Alert, FleetOverview, LiveEvent, TelemetryScope, TelemetryView},
 };
-use cardpool_service::{
-    Services, alerts,
-    auth::{self, Principal},
-    telemetry,
-};
+use cardpool_service::{Services, alerts, auth::Principal, telemetry};
 use futures_util::Stream;
 use serde::Deserialize;
 use std::{convert::Infallible, time::Duration};
 use tokio::sync::broadcast::error::RecvError;
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+/// This module's operations, each registered once: its route and its OpenAPI path.
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(get_telemetry))
+        .routes(routes!(live_telemetry))
+        .routes(routes!(get_fleet))
+        .routes(routes!(list_alerts))
+        .routes(routes!(acknowledge_alert))
+}
 
 /// How often a live feed re-checks what its viewer may see.
 const RECHECK: Duration = Duration::from_secs(5);
@@ -44,7 +51,7 @@ impl ScopeQuery {
 
 /// The last hour of a rental's, host's or the fleet's GPUs (minute averages, then the recent
 /// seconds), and energy per GPU for a rental.
-#[utoipa::path(get, path = "/api/v1/telemetry", operation_id = "get_telemetry", tag = "telemetry",
+#[utoipa::path(get, path = "/telemetry", operation_id = "get_telemetry", tag = "telemetry",
     security(("bearer" = []), ("session" = [])), params(ScopeQuery),
     responses((status = 200, body = TelemetryView), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get_telemetry(
@@ -57,7 +64,7 @@ pub async fn get_telemetry(
 
 /// The live feed (text/event-stream): one `sample` event per host per second with the GPUs the
 /// caller may see; `end` when that stops (the rental ended).
-#[utoipa::path(get, path = "/api/v1/telemetry/live", operation_id = "live_telemetry", tag = "telemetry",
+#[utoipa::path(get, path = "/telemetry/live", operation_id = "live_telemetry", tag = "telemetry",
     security(("bearer" = []), ("session" = [])), params(ScopeQuery),
     responses((status = 200, description = "Server-Sent Events, each a LiveEvent as JSON", content_type = "text/event-stream"),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, description = "The rental no longer holds GPUs", body = ErrorBody)))]
@@ -127,24 +134,20 @@ fn feed(
 impl Feed {
     /// Re-checks the caller's sign-in and grant; why the feed must end, if it must.
     async fn recheck(&mut self) -> Option<String> {
-        match auth::reauthenticate(&self.services, &self.principal, self.session).await {
-            Ok(Some(principal)) => self.principal = principal,
-            Ok(None) => return Some("signed out: sign in again to keep watching".into()),
-            // A database hiccup is not a reason to cut a dashboard; try again next time.
-            Err(_) => return None,
-        }
-        match telemetry::grant(&self.services, &self.principal, self.grant.scope).await {
-            Ok(grant) if grant.live => {
+        match telemetry::recheck(&self.services, &self.principal, self.session, self.grant.scope).await {
+            telemetry::Recheck::Continue(principal, grant) => {
+                self.principal = principal;
                 self.grant = grant;
                 None
             }
-            _ => Some("this feed is no longer available (the rental ended?)".into()),
+            telemetry::Recheck::End(reason) => Some(reason),
+            telemetry::Recheck::Retry => None,
         }
     }
 }
 
 /// Every host and GPU at a glance, with fleet totals (admins).
-#[utoipa::path(get, path = "/api/v1/fleet", operation_id = "get_fleet", tag = "telemetry",
+#[utoipa::path(get, path = "/fleet", operation_id = "get_fleet", tag = "telemetry",
     security(("bearer" = []), ("session" = [])),
     responses((status = 200, body = FleetOverview), (status = 403, body = ErrorBody)))]
 pub async fn get_fleet(State(state): State<AppState>, Caller(caller): Caller) -> ApiResult<Json<FleetOverview>> {
@@ -152,7 +155,7 @@ pub async fn get_fleet(State(state): State<AppState>, Caller(caller): Caller) ->
 }
 
 /// Alerts, newest first: all for admins, a provider's own hosts' otherwise.
-#[utoipa::path(get, path = "/api/v1/alerts", operation_id = "list_alerts", tag = "telemetry",
+#[utoipa::path(get, path = "/alerts", operation_id = "list_alerts", tag = "telemetry",
     security(("bearer" = []), ("session" = [])),
     responses((status = 200, body = Vec<Alert>), (status = 401, body = ErrorBody)))]
 pub async fn list_alerts(State(state): State<AppState>, Caller(caller): Caller) -> ApiResult<Json<Vec<Alert>>> {
@@ -160,7 +163,7 @@ pub async fn list_alerts(State(state): State<AppState>, Caller(caller): Caller) 
 }
 
 /// Acknowledges an alert (admins).
-#[utoipa::path(post, path = "/api/v1/alerts/{id}/acknowledge", operation_id = "acknowledge_alert", tag = "telemetry",
+#[utoipa::path(post, path = "/alerts/{id}/acknowledge", operation_id = "acknowledge_alert", tag = "telemetry",
     security(("bearer" = []), ("session" = [])),
     params(("id" = i64, Path, description = "Alert id")),
     responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]

@@ -1,0 +1,100 @@
+//! The server's edge toward clients, shared by every adapter that answers HTTP (the JSON API,
+//! the agent gateway, the middleware): who is calling ([`Caller`], [`RequestSession`],
+//! [`client_ip`]) and how an [`AppError`] is answered ([`ApiError`]: a JSON [`ErrorBody`] with
+//! the status from [`AppError::status`], `Retry-After` on rate limits, `WWW-Authenticate` on
+//! 401). Keeping them here lets `api`, `http` and `gateway` depend on this file instead of on
+//! each other.
+
+use axum::{
+    Json,
+    extract::{FromRequest, FromRequestParts, rejection::JsonRejection},
+    http::{HeaderValue, StatusCode, header, request::Parts},
+    response::{IntoResponse, Response},
+};
+use cardpool_app::ssr::AppState;
+use cardpool_domain::{AppError, error::ErrorBody};
+use cardpool_service::{
+    api_tokens as tokens,
+    auth::{self, ClientIp, Principal},
+};
+use tower_sessions::Session;
+
+/// Name of the session cookie.
+pub const SESSION_COOKIE: &str = "cardpool_session";
+
+/// An [`AppError`] answered as JSON.
+#[derive(Debug)]
+pub struct ApiError(pub AppError);
+
+impl From<AppError> for ApiError {
+    fn from(err: AppError) -> Self {
+        ApiError(err)
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> Self {
+        ApiError(AppError::Validation { message: rejection.body_text(), fields: Default::default() })
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.0.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut response = (status, Json(ErrorBody::from(&self.0))).into_response();
+        match self.0 {
+            AppError::RateLimited { retry_after_secs } => {
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+            }
+            AppError::Unauthorized => {
+                response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            _ => {}
+        }
+        response
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+/// `Json<T>` whose rejections are our JSON errors.
+#[derive(FromRequest)]
+#[from_request(via(Json), rejection(ApiError))]
+pub struct ApiJson<T>(pub T);
+
+/// The authenticated caller: a bearer token if one is sent, else the browser session.
+pub struct Caller(pub Principal);
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        if let Some(value) = parts.headers.get(header::AUTHORIZATION) {
+            let secret =
+                value.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")).ok_or(ApiError(AppError::Unauthorized))?;
+            return Ok(Caller(tokens::authenticate(&state.services, secret.trim()).await?));
+        }
+        let session = session(parts).await?;
+        Ok(Caller(auth::require_session(&state.services, &session).await?))
+    }
+}
+
+async fn session(parts: &mut Parts) -> Result<Session, ApiError> {
+    Session::from_request_parts(parts, &()).await.map_err(|_| ApiError(AppError::Internal))
+}
+
+/// The browser session of the request (sign-in and sign-out act on it).
+pub struct RequestSession(pub Session);
+
+impl<S: Send + Sync> FromRequestParts<S> for RequestSession {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(RequestSession(session(parts).await?))
+    }
+}
+
+/// The client address decided by the `client_ip` middleware.
+pub fn client_ip(parts: &Parts) -> ClientIp {
+    parts.extensions.get::<ClientIp>().copied().unwrap_or_default()
+}

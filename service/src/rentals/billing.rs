@@ -1,0 +1,184 @@
+//! Settlements: whole seconds since the workload was ready, charged through the ledger in the
+//! same transaction as the rental's `billed_seconds`, so nothing is billed twice or skipped
+//! across a crash. On-demand and spot are charged to the wallet (stopped, after a warning, when
+//! it runs dry); reservations are paid from their prepaid funds.
+
+use super::{
+    pricing::cost,
+    state::{apply, load_for_update, record},
+    views::dto,
+};
+use crate::{
+    AppError, AppResult, Services,
+    db::{DbResultExt, begin_write},
+    entities::{hosts, rentals},
+    ledger,
+    ledger::Book,
+};
+use cardpool_domain::{
+    money::format_dollars,
+    offers::RentalKind,
+    rentals::{Rental, RentalState},
+};
+use chrono::{DateTime, Utc};
+use sea_orm::{
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseTransaction, EntityTrait, IntoActiveModel, QueryFilter,
+    QuerySelect,
+};
+
+/// How a low-balance notice begins.
+const LOW_BALANCE: &str = "Low balance:";
+
+/// Bills `rental` up to `now` (or its billing end) inside `txn`: whole seconds since the
+/// workload was ready, at its current price. On-demand and spot are charged to the wallet
+/// (stopped, after a warning, when it runs dry); reservations are paid from the prepaid funds,
+/// and when a reservation ends the rest is paid to the provider (window used or given up by
+/// the renter) or refunded (the host failed it).
+pub(super) async fn settle_in(
+    services: &Services,
+    txn: &DatabaseTransaction,
+    rental: rentals::Model,
+    now: DateTime<Utc>,
+) -> AppResult<rentals::Model> {
+    if rental.settled {
+        return Ok(rental);
+    }
+    let state = RentalState::parse(&rental.state).unwrap_or(RentalState::Failed);
+    let reserved = rental.kind == RentalKind::Reserved.as_str();
+    let fee = services.settings.payments.platform_fee_bps;
+    let gpus = i64::from(rental.gpu_count);
+    let provider = || async {
+        hosts::Entity::find_by_id(rental.host_id)
+            .one(txn)
+            .await
+            .context("loading host")?
+            .map(|h| h.provider_id)
+            .ok_or(AppError::Internal)
+    };
+    let mut update = rental.clone().into_active_model();
+    let mut charged_now = 0;
+    let mut ran_dry = false;
+    let mut end = now;
+    if let Some(since) = rental.running_since {
+        end = rental.billing_ends_at.map_or(now, |e| e.min(now)).max(since);
+        let seconds = (end - since).num_seconds();
+        let due = cost(rental.price_micros, gpus, seconds) - cost(rental.price_micros, gpus, rental.billed_seconds);
+        if due > 0 {
+            let reference = format!("rental-{}-s{seconds}", rental.id);
+            let description = format!(
+                "Rental #{}: {}× {} for {} s",
+                rental.id,
+                rental.gpu_count,
+                rental.gpu_model,
+                seconds - rental.billed_seconds
+            );
+            if reserved {
+                let due = due.min(rental.prepaid_micros - rental.charged_micros);
+                if due > 0 {
+                    ledger::capture(txn, rental.renter_id, provider().await?, due, fee, reference, description).await?;
+                    charged_now = due;
+                }
+            } else {
+                let balance = ledger::balance(txn, Book::Wallet(rental.renter_id)).await?;
+                charged_now = due.min(balance);
+                ran_dry = due > balance;
+                if charged_now > 0 {
+                    ledger::charge_usage(
+                        txn,
+                        rental.renter_id,
+                        provider().await?,
+                        charged_now,
+                        fee,
+                        reference,
+                        description,
+                    )
+                    .await?;
+                }
+                let left = balance - charged_now;
+                let warn = cost(rental.price_micros, gpus, 60)
+                    * i64::from(services.settings.rentals.low_balance_warning_minutes);
+                // A low-balance warning replaces a milder notice (an idle GPU), never itself.
+                let warned = rental.notice.as_deref().is_some_and(|n| n.starts_with(LOW_BALANCE));
+                if !ran_dry && state == RentalState::Running && left < warn && !warned {
+                    let per_minute = cost(rental.price_micros, gpus, 60).max(1);
+                    let text = format!(
+                        "{LOW_BALANCE} ${} left covers about {} more minutes; top up or this rental will be stopped.",
+                        format_dollars(left),
+                        left / per_minute
+                    );
+                    record(txn, rental.id, state, &text, now).await?;
+                    update.notice = Set(Some(text));
+                    update.notice_given_at = Set(Some(now));
+                }
+            }
+        }
+        update.billed_seconds = Set(seconds);
+        update.charged_micros = Set(rental.charged_micros + charged_now);
+    }
+    let mut rental = update.update(txn).await.context("recording billing")?;
+    if ran_dry && matches!(state, RentalState::Running | RentalState::Provisioning | RentalState::Requested) {
+        rental = apply(txn, rental, RentalState::Stopping, "the renter's balance ran out", now).await?;
+        let mut update = rental.into_active_model();
+        update.billing_ends_at = Set(Some(end));
+        update.notice = Set(Some("Stopped: your balance ran out. Top up to rent again.".into()));
+        rental = update.update(txn).await.context("recording billing end")?;
+    }
+    let done = state.is_terminal() && rental.billing_ends_at.is_none_or(|e| e <= now);
+    if done {
+        if reserved {
+            let rest = rental.prepaid_micros - rental.charged_micros;
+            let delivered = state == RentalState::Ended && rental.running_since.is_some();
+            if rest > 0 && delivered {
+                let reference = format!("rental-{}-final", rental.id);
+                let description = format!("Reservation #{}: rest of the window", rental.id);
+                ledger::capture(txn, rental.renter_id, provider().await?, rest, fee, reference, description).await?;
+            } else if rest > 0 {
+                let reference = format!("rental-{}-refund", rental.id);
+                let description = format!("Reservation #{}: refund of the unused window", rental.id);
+                ledger::release(txn, rental.renter_id, rest, reference, description).await?;
+            }
+            let mut update = rental.into_active_model();
+            if delivered {
+                update.charged_micros = Set(update.prepaid_micros.clone().unwrap());
+            }
+            rental = update.update(txn).await.context("closing reservation")?;
+        }
+        let mut update = rental.into_active_model();
+        update.settled = Set(true);
+        rental = update.update(txn).await.context("settling rental")?;
+    }
+    Ok(rental)
+}
+
+/// Bills one rental now (the billing worker calls this for every unsettled rental).
+pub async fn settle(services: &Services, rental_id: i64) -> AppResult<Rental> {
+    let now = Utc::now();
+    let txn = begin_write(&services.db).await.context("starting settlement")?;
+    let before = load_for_update(&txn, rental_id).await?;
+    let was = before.state.clone();
+    let rental = settle_in(services, &txn, before, now).await?;
+    txn.commit().await.context("committing settlement")?;
+    if rental.state != was {
+        services.signals.notify(rental.host_id);
+    }
+    dto(&services.db, rental).await
+}
+
+/// Bills every running (or ended but unsettled) rental; returns how many were looked at.
+pub async fn settle_all(services: &Services) -> AppResult<usize> {
+    let due: Vec<i64> = rentals::Entity::find()
+        .select_only()
+        .column(rentals::Column::Id)
+        .filter(rentals::Column::Settled.eq(false))
+        .filter(rentals::Column::RunningSince.is_not_null())
+        .into_tuple()
+        .all(&services.db)
+        .await
+        .context("finding rentals to bill")?;
+    for id in &due {
+        if let Err(err) = settle(services, *id).await {
+            tracing::warn!(rental.id = id, error = %err, "billing a rental failed; will retry");
+        }
+    }
+    Ok(due.len())
+}

@@ -1,0 +1,83 @@
+//! What a host's agent must do now (attach, preemption notice, detach), derived from the
+//! database each time, so the agent's handling can be idempotent and nothing is queued.
+
+use super::state::{LIVE, names};
+use crate::{
+    AppResult, Services,
+    db::DbResultExt,
+    entities::{gpus, rental_gpus, rentals},
+};
+use cardpool_domain::rentals::{RentalState, Workload};
+use cardpool_protocol::{AttachSpec, ServerMessage};
+use chrono::{Duration, Utc};
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+use std::collections::{HashMap, HashSet};
+
+/// What the host's agent must do now, given the rentals it says it runs (`None`: unknown).
+/// Sent on connect, on every change and periodically; the agent's handling is idempotent.
+pub async fn commands_for_host(
+    services: &Services,
+    host_id: i64,
+    running_on_agent: Option<&[i64]>,
+) -> AppResult<Vec<ServerMessage>> {
+    let now = Utc::now();
+    let notice = Duration::seconds(i64::from(services.settings.rentals.preemption_notice_secs));
+    let live: Vec<rentals::Model> = rentals::Entity::find()
+        .filter(rentals::Column::HostId.eq(host_id))
+        .filter(rentals::Column::State.is_in(names(&LIVE)))
+        .all(&services.db)
+        .await
+        .context("loading host rentals")?;
+    let mut commands = Vec::new();
+    let attaching: Vec<&rentals::Model> = live
+        .iter()
+        .filter(|r| {
+            (r.state == RentalState::Requested.as_str() || r.state == RentalState::Provisioning.as_str())
+                && r.starts_at <= now
+        })
+        .collect();
+    let held = rental_gpus::Entity::find()
+        .filter(rental_gpus::Column::RentalId.is_in(attaching.iter().map(|r| r.id)))
+        .all(&services.db)
+        .await
+        .context("loading held gpus")?;
+    let devices: HashMap<i64, gpus::Model> = gpus::Entity::find()
+        .filter(gpus::Column::Id.is_in(held.iter().map(|h| h.gpu_id)))
+        .all(&services.db)
+        .await
+        .context("loading gpus")?
+        .into_iter()
+        .map(|g| (g.id, g))
+        .collect();
+    for rental in attaching {
+        let mut mine: Vec<&gpus::Model> =
+            held.iter().filter(|h| h.rental_id == rental.id).filter_map(|h| devices.get(&h.gpu_id)).collect();
+        mine.sort_by_key(|g| g.device_index);
+        let workload: Workload = serde_json::from_str(&rental.workload).unwrap_or_default();
+        commands.push(ServerMessage::Attach(AttachSpec {
+            rental_id: rental.id,
+            gpu_indexes: mine.iter().map(|g| u32::try_from(g.device_index).unwrap_or(0)).collect(),
+            gpu_uuids: mine.iter().map(|g| g.uuid.clone()).collect(),
+            command: workload.command.filter(|c| !c.trim().is_empty()),
+            image: workload.image.filter(|i| !i.trim().is_empty()),
+            env: workload.env,
+            ssh_public_key: workload.ssh_public_key.filter(|k| !k.trim().is_empty()),
+        }));
+    }
+    for rental in &live {
+        if rental.state == RentalState::Preempting.as_str() {
+            let deadline = rental.notice_given_at.unwrap_or(now) + notice;
+            let grace = (deadline - now).num_seconds().max(0);
+            commands.push(ServerMessage::PreemptNotice { rental_id: rental.id, grace_secs: grace as u64 });
+        } else if rental.state == RentalState::Stopping.as_str() {
+            commands.push(ServerMessage::Detach { rental_id: rental.id });
+        }
+    }
+    if let Some(running) = running_on_agent {
+        let known: HashSet<i64> = live.iter().map(|r| r.id).collect();
+        for id in running.iter().filter(|id| !known.contains(id)) {
+            commands.push(ServerMessage::Detach { rental_id: *id });
+        }
+    }
+    Ok(commands)
+}

@@ -1,0 +1,160 @@
+//! Moving a rental along: transitions (the renter's stop, the agent's workload reports, the
+//! admin's and workers' steps), each followed by billing what became due and repricing spot.
+
+use super::{
+    billing::settle_in,
+    spot::reprice_spot,
+    state::{apply, load_for_update, owned_by},
+    views::dto,
+};
+use crate::{
+    AppError, AppResult, Services,
+    auth::Principal,
+    db::{DbResultExt, begin_write},
+    entities::rentals,
+    stock,
+};
+use cardpool_domain::{
+    offers::RentalKind,
+    rentals::{Rental, RentalState},
+};
+use cardpool_protocol::WorkloadStatus;
+use chrono::{DateTime, Utc};
+use sea_orm::{
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseTransaction, EntityTrait, IntoActiveModel, QueryFilter,
+    sea_query::Expr,
+};
+
+/// Bills what the change made due and, when GPUs were released, reprices the host's spot GPUs.
+pub(super) async fn after_change(
+    services: &Services,
+    txn: &DatabaseTransaction,
+    rental: rentals::Model,
+    now: DateTime<Utc>,
+) -> AppResult<rentals::Model> {
+    let rental = settle_in(services, txn, rental, now).await?;
+    if RentalState::parse(&rental.state).is_some_and(RentalState::is_terminal) {
+        reprice_spot(services, txn, rental.host_id, &rental.gpu_model, now).await?;
+    }
+    Ok(rental)
+}
+
+/// Moves a rental along the state machine, recording why; a terminal state releases its GPUs
+/// and settles its bill.
+pub async fn transition(services: &Services, rental_id: i64, next: RentalState, reason: &str) -> AppResult<Rental> {
+    let now = Utc::now();
+    let txn = begin_write(&services.db).await.context("starting rental transition")?;
+    let rental = load_for_update(&txn, rental_id).await?;
+    let host_id = rental.host_id;
+    let rental = after_change(services, &txn, apply(&txn, rental, next, reason, now).await?, now).await?;
+    stock::refresh_stock(&txn, host_id).await?;
+    txn.commit().await.context("committing rental transition")?;
+    services.signals.notify(host_id);
+    dto(&services.db, rental).await
+}
+
+/// The renter (or an admin) asks to stop. Billing ends now; the agent detaches and the rental
+/// ends. A reservation whose window has not begun is cancelled and refunded.
+pub async fn stop_rental(services: &Services, principal: &Principal, rental_id: i64) -> AppResult<Rental> {
+    let now = Utc::now();
+    let txn = begin_write(&services.db).await.context("starting stop")?;
+    let rental = owned_by(load_for_update(&txn, rental_id).await?, principal)?;
+    let state = RentalState::parse(&rental.state).unwrap_or(RentalState::Failed);
+    if state.is_terminal() || state == RentalState::Stopping {
+        return Err(AppError::conflict(format!("this rental is already {}", state.as_str())));
+    }
+    if state == RentalState::Preempting {
+        return Err(AppError::conflict("this rental is being preempted and stops on its own"));
+    }
+    let host_id = rental.host_id;
+    let rental = if rental.starts_at > now && state == RentalState::Requested {
+        let reason = if rental.kind == RentalKind::Reserved.as_str() {
+            "cancelled by the renter before the window began; refunded"
+        } else {
+            "cancelled by the renter before it started"
+        };
+        apply(&txn, rental, RentalState::Ended, reason, now).await?
+    } else {
+        apply(&txn, rental, RentalState::Stopping, "stop requested by the renter", now).await?
+    };
+    let rental = after_change(services, &txn, rental, now).await?;
+    stock::refresh_stock(&txn, host_id).await?;
+    txn.commit().await.context("committing stop")?;
+    services.signals.notify(host_id);
+    dto(&services.db, rental).await
+}
+
+/// Tells the renter something on the rental's page (an idle GPU, say), unless a notice that
+/// matters more (preemption, low balance) is showing.
+pub async fn set_notice(services: &Services, rental_id: i64, notice: &str) -> AppResult<()> {
+    rentals::Entity::update_many()
+        .col_expr(rentals::Column::Notice, Expr::value(notice))
+        .filter(rentals::Column::Id.eq(rental_id))
+        .filter(rentals::Column::Notice.is_null())
+        .exec(&services.db)
+        .await
+        .context("setting rental notice")?;
+    Ok(())
+}
+
+/// What a host's agent reported about a rental's workload. Reports about rentals of other
+/// hosts are ignored.
+pub async fn record_workload_status(
+    services: &Services,
+    host_id: i64,
+    rental_id: i64,
+    status: &WorkloadStatus,
+) -> AppResult<()> {
+    let now = Utc::now();
+    let txn = begin_write(&services.db).await.context("starting workload report")?;
+    let rental = match load_for_update(&txn, rental_id).await {
+        Ok(rental) if rental.host_id == host_id => rental,
+        _ => return Ok(()),
+    };
+    let state = RentalState::parse(&rental.state).unwrap_or(RentalState::Failed);
+    use RentalState as S;
+    let step: Option<(RentalState, String)> = match (status, state) {
+        (WorkloadStatus::Provisioning, S::Requested) => {
+            Some((S::Provisioning, "the agent is attaching the GPUs".into()))
+        }
+        (WorkloadStatus::Ready, S::Requested | S::Provisioning) => {
+            Some((S::Running, "the workload is up; billing started".into()))
+        }
+        (WorkloadStatus::Exited { code }, S::Requested | S::Provisioning | S::Running) => Some(match code {
+            Some(0) => (S::Ended, "the workload finished (exit code 0)".into()),
+            Some(code) => (S::Failed, format!("the workload exited with code {code}")),
+            None => (S::Failed, "the workload was killed by a signal".into()),
+        }),
+        (WorkloadStatus::Exited { .. } | WorkloadStatus::Detached, S::Stopping) => {
+            Some((S::Ended, "the agent stopped the workload and released the GPUs".into()))
+        }
+        (WorkloadStatus::Exited { .. } | WorkloadStatus::Detached, S::Preempting) => {
+            Some((S::Preempted, "the agent stopped the preempted workload".into()))
+        }
+        (WorkloadStatus::Failed { reason }, s) if !s.is_terminal() => {
+            Some((S::Failed, format!("the workload could not run: {reason}")))
+        }
+        (WorkloadStatus::Detached, S::Requested | S::Provisioning | S::Running) => {
+            Some((S::Failed, "the agent has no workload for this rental".into()))
+        }
+        _ => None,
+    };
+    let Some((next, reason)) = step else {
+        return Ok(());
+    };
+    let mut rental = rental;
+    if next == S::Running && state == S::Requested {
+        rental = apply(&txn, rental, S::Provisioning, "the agent is attaching the GPUs", now).await?;
+    }
+    if next == S::Running {
+        let mut update = rental.into_active_model();
+        update.running_since = Set(Some(now));
+        rental = update.update(&txn).await.context("starting billing")?;
+    }
+    let rental = apply(&txn, rental, next, &reason, now).await?;
+    after_change(services, &txn, rental, now).await?;
+    stock::refresh_stock(&txn, host_id).await?;
+    txn.commit().await.context("committing workload report")?;
+    tracing::info!(rental.id = rental_id, host.id = host_id, state = next.as_str(), "rental {reason}");
+    Ok(())
+}

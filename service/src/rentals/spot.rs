@@ -1,0 +1,170 @@
+//! The spot market: one clearing price per host and model (recorded when it changes, with live
+//! spot rentals billed at the old price first), bids, and preemption notices.
+
+use super::{
+    billing::settle_in,
+    pricing::clearing_price,
+    state::{apply, load_for_update, owned_by, record},
+    views::get_rental,
+};
+use crate::{
+    AppError, AppResult, Services,
+    auth::Principal,
+    db::{DbResultExt, begin_write},
+    entities::{gpus, host_prices, rental_gpus, rentals, spot_prices},
+};
+use cardpool_domain::{
+    money::format_dollars,
+    offers::RentalKind,
+    rentals::{Rental, RentalState},
+};
+use chrono::{DateTime, Utc};
+use sea_orm::{
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseTransaction, EntityTrait, IntoActiveModel, QueryFilter,
+    QueryOrder,
+};
+use std::collections::HashSet;
+
+pub(super) async fn give_preemption_notice(
+    txn: &DatabaseTransaction,
+    victim: rentals::Model,
+    stop_at: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> AppResult<rentals::Model> {
+    let secs = (stop_at - now).num_seconds().max(0);
+    let reason = format!("preempted by higher-priority demand; the workload has {secs} s before it is stopped");
+    let mut victim = apply(txn, victim, RentalState::Preempting, &reason, now).await?.into_active_model();
+    victim.notice = Set(Some(format!(
+        "Preempted: this spot rental stops at {} UTC (SIGTERM and $CARDPOOL_PREEMPT_NOTICE_FILE were sent).",
+        stop_at.format("%H:%M:%S")
+    )));
+    victim.notice_given_at = Set(Some(now));
+    victim.update(txn).await.context("recording preemption notice")
+}
+
+/// Recomputes the spot clearing price of a host's GPUs of `model`, records it when it changed,
+/// and bills the live spot rentals up to now at the old price before moving them to the new.
+pub(super) async fn reprice_spot(
+    services: &Services,
+    txn: &DatabaseTransaction,
+    host_id: i64,
+    model: &str,
+    now: DateTime<Utc>,
+) -> AppResult<()> {
+    let Some(prices) = host_prices::Entity::find()
+        .filter(host_prices::Column::HostId.eq(host_id))
+        .filter(host_prices::Column::GpuModel.eq(model))
+        .one(txn)
+        .await
+        .context("loading price")?
+    else {
+        return Ok(());
+    };
+    let gpus = gpus::Entity::find()
+        .filter(gpus::Column::HostId.eq(host_id))
+        .filter(gpus::Column::Model.eq(model))
+        .filter(gpus::Column::State.eq("available"))
+        .all(txn)
+        .await
+        .context("loading gpus")?;
+    let held: HashSet<i64> = rental_gpus::Entity::find()
+        .filter(rental_gpus::Column::GpuId.is_in(gpus.iter().map(|g| g.id)))
+        .filter(rental_gpus::Column::Active.eq(true))
+        .filter(rental_gpus::Column::StartsAt.lte(now))
+        .filter(rental_gpus::Column::EndsAt.gt(now))
+        .all(txn)
+        .await
+        .context("loading holds")?
+        .into_iter()
+        .map(|h| h.gpu_id)
+        .collect();
+    let free = gpus.iter().filter(|g| !held.contains(&g.id)).count();
+    let live = rentals::Entity::find()
+        .filter(rentals::Column::HostId.eq(host_id))
+        .filter(rentals::Column::GpuModel.eq(model))
+        .filter(rentals::Column::Kind.eq(RentalKind::Spot.as_str()))
+        .filter(
+            rentals::Column::State.is_in(
+                [RentalState::Requested, RentalState::Provisioning, RentalState::Running, RentalState::Preempting]
+                    .map(RentalState::as_str),
+            ),
+        )
+        .all(txn)
+        .await
+        .context("loading spot rentals")?;
+    let bids: Vec<i64> = live
+        .iter()
+        .filter(|r| r.state != RentalState::Preempting.as_str())
+        .map(|r| r.bid_micros.unwrap_or(0))
+        .collect();
+    let price = clearing_price(prices.spot_min_bid_micros, free, &bids);
+    let last = spot_prices::Entity::find()
+        .filter(spot_prices::Column::HostId.eq(host_id))
+        .filter(spot_prices::Column::GpuModel.eq(model))
+        .order_by_desc(spot_prices::Column::At)
+        .order_by_desc(spot_prices::Column::Id)
+        .one(txn)
+        .await
+        .context("loading spot price")?;
+    if last.is_none_or(|l| l.price_micros != price) {
+        spot_prices::Entity::insert(spot_prices::ActiveModel {
+            host_id: Set(host_id),
+            gpu_model: Set(model.to_owned()),
+            price_micros: Set(price),
+            at: Set(now),
+            ..Default::default()
+        })
+        .exec_without_returning(txn)
+        .await
+        .context("recording spot price")?;
+    }
+    for rental in live.into_iter().filter(|r| r.price_micros != price) {
+        let settled = settle_in(services, txn, rental, now).await?;
+        let mut update = settled.into_active_model();
+        update.price_micros = Set(price);
+        update.update(txn).await.context("repricing spot rental")?;
+    }
+    Ok(())
+}
+
+/// Raises or lowers a live spot rental's bid. A bid below the provider's minimum is refused;
+/// the clearing price follows the new bids.
+pub async fn change_bid(
+    services: &Services,
+    principal: &Principal,
+    rental_id: i64,
+    bid_micros: i64,
+) -> AppResult<Rental> {
+    let now = Utc::now();
+    let txn = begin_write(&services.db).await.context("starting bid change")?;
+    let rental = owned_by(load_for_update(&txn, rental_id).await?, principal)?;
+    if rental.kind != RentalKind::Spot.as_str() {
+        return Err(AppError::conflict("only spot rentals have a bid"));
+    }
+    let state = RentalState::parse(&rental.state).unwrap_or(RentalState::Failed);
+    if !matches!(state, RentalState::Requested | RentalState::Provisioning | RentalState::Running) {
+        return Err(AppError::conflict(format!("a {} rental's bid can no longer change", state.as_str())));
+    }
+    let min = host_prices::Entity::find()
+        .filter(host_prices::Column::HostId.eq(rental.host_id))
+        .filter(host_prices::Column::GpuModel.eq(&rental.gpu_model))
+        .one(&txn)
+        .await
+        .context("loading price")?
+        .map_or(0, |p| p.spot_min_bid_micros);
+    if bid_micros < min {
+        return Err(AppError::invalid_field(
+            "bid_micros",
+            format!("the provider's minimum bid is ${}/GPU-h", format_dollars(min)),
+        ));
+    }
+    let (host_id, model) = (rental.host_id, rental.gpu_model.clone());
+    let mut update = rental.into_active_model();
+    update.bid_micros = Set(Some(bid_micros));
+    update.updated_at = Set(now);
+    update.update(&txn).await.context("changing bid")?;
+    record(&txn, rental_id, state, &format!("bid changed to ${}/GPU-h", format_dollars(bid_micros)), now).await?;
+    reprice_spot(services, &txn, host_id, &model, now).await?;
+    txn.commit().await.context("committing bid change")?;
+    get_rental(services, principal, rental_id).await.map(|d| d.rental)
+}

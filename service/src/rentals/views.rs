@@ -1,0 +1,123 @@
+//! Reading rentals: the caller's list, one rental with its timeline, and the DTO with the
+//! cost accrued since the last settlement.
+
+use super::pricing::cost;
+use crate::{
+    AppError, AppResult, Services,
+    auth::Principal,
+    db::DbResultExt,
+    entities::{gpus, hosts, rental_events, rental_gpus, rentals},
+};
+use cardpool_domain::{
+    offers::RentalKind,
+    rentals::{Rental, RentalDetail, RentalEvent, RentalState},
+};
+use chrono::Utc;
+use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+
+/// The caller's rentals, newest first.
+pub async fn list_rentals(services: &Services, principal: &Principal) -> AppResult<Vec<Rental>> {
+    let rows = rentals::Entity::find()
+        .filter(rentals::Column::RenterId.eq(principal.user_id))
+        .order_by_desc(rentals::Column::Id)
+        .limit(200)
+        .all(&services.db)
+        .await
+        .context("listing rentals")?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        out.push(dto(&services.db, row).await?);
+    }
+    Ok(out)
+}
+
+/// One rental with its timeline: for its renter, the host's provider, or an admin.
+pub async fn get_rental(services: &Services, principal: &Principal, rental_id: i64) -> AppResult<RentalDetail> {
+    let rental = rentals::Entity::find_by_id(rental_id)
+        .one(&services.db)
+        .await
+        .context("loading rental")?
+        .ok_or_else(|| AppError::not_found("rental"))?;
+    if rental.renter_id != principal.user_id && !principal.roles.admin {
+        let provider = hosts::Entity::find_by_id(rental.host_id)
+            .one(&services.db)
+            .await
+            .context("loading host")?
+            .map(|h| h.provider_id);
+        if provider != Some(principal.user_id) {
+            return Err(AppError::not_found("rental"));
+        }
+    }
+    let events = rental_events::Entity::find()
+        .filter(rental_events::Column::RentalId.eq(rental_id))
+        .order_by_asc(rental_events::Column::Id)
+        .all(&services.db)
+        .await
+        .context("loading rental events")?
+        .into_iter()
+        .map(|e| RentalEvent {
+            state: RentalState::parse(&e.state).unwrap_or(RentalState::Failed),
+            reason: e.reason,
+            at: e.at,
+        })
+        .collect();
+    Ok(RentalDetail { rental: dto(&services.db, rental).await?, events })
+}
+
+pub(super) async fn dto(conn: &impl ConnectionTrait, rental: rentals::Model) -> AppResult<Rental> {
+    let held = rental_gpus::Entity::find()
+        .filter(rental_gpus::Column::RentalId.eq(rental.id))
+        .all(conn)
+        .await
+        .context("loading rental gpus")?;
+    let mut indexes: Vec<u32> = gpus::Entity::find()
+        .filter(gpus::Column::Id.is_in(held.iter().map(|h| h.gpu_id)))
+        .all(conn)
+        .await
+        .context("loading gpus")?
+        .into_iter()
+        .map(|g| u32::try_from(g.device_index).unwrap_or(0))
+        .collect();
+    indexes.sort_unstable();
+    let host = hosts::Entity::find_by_id(rental.host_id).one(conn).await.context("loading host")?;
+    let host_label = host.map_or_else(
+        || format!("host {}", rental.host_id),
+        |h| match h.location {
+            Some(location) => format!("{} · {location}", h.hostname),
+            None => h.hostname,
+        },
+    );
+    let (accrued_seconds, accrued_micros) = match rental.running_since {
+        Some(since) if !rental.settled => {
+            let until = rental.billing_ends_at.map_or_else(Utc::now, |e| e.min(Utc::now())).max(since);
+            let seconds = (until - since).num_seconds();
+            let unbilled = cost(rental.price_micros, i64::from(rental.gpu_count), seconds)
+                - cost(rental.price_micros, i64::from(rental.gpu_count), rental.billed_seconds);
+            (seconds, rental.charged_micros + unbilled.max(0))
+        }
+        _ => (rental.billed_seconds, rental.charged_micros),
+    };
+    Ok(Rental {
+        id: rental.id,
+        host_id: rental.host_id,
+        host_label,
+        gpu_model: rental.gpu_model,
+        gpu_count: u32::try_from(rental.gpu_count).unwrap_or(0),
+        kind: RentalKind::parse(&rental.kind).unwrap_or_default(),
+        state: RentalState::parse(&rental.state).unwrap_or(RentalState::Failed),
+        price_micros: rental.price_micros,
+        bid_micros: rental.bid_micros,
+        gpu_indexes: indexes,
+        workload: serde_json::from_str(&rental.workload).unwrap_or_default(),
+        starts_at: rental.starts_at,
+        ends_at: rental.reserved_until.filter(|_| rental.ends_at.is_none()).or(rental.ends_at),
+        running_since: rental.running_since,
+        billed_seconds: rental.billed_seconds,
+        charged_micros: rental.charged_micros,
+        accrued_seconds,
+        accrued_micros,
+        notice: rental.notice,
+        stop_when_idle: rental.stop_when_idle,
+        created_at: rental.created_at,
+    })
+}

@@ -1,0 +1,93 @@
+//! The offer stock: one row per (host, GPU model) with its free GPUs and the market facts a
+//! search filters and sorts on (on the market or not, prices, location), so an offer search is
+//! an index scan of one table (see `offers`).
+//!
+//! [`refresh_stock`] recomputes a host's rows at the end of every transaction that changes any
+//! of them: its GPUs or holds (inventory, booking, release), its status (online, offline,
+//! revoked), its listing and its prices. So the stock is never stale. [`rebuild_stock`] redoes
+//! all of it at start-up, for holds that ended while the server was down.
+
+use crate::{
+    AppResult,
+    db::{DbResultExt, Sql},
+};
+use cardpool_domain::host::HostStatus;
+use chrono::Utc;
+use sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
+
+/// The stock of one host: its free GPUs (from its GPUs and their holds) and its market facts
+/// (status, listing, prices, location). Call it last in a transaction that changed any of them: on
+/// PostgreSQL it takes the host's advisory lock first, so concurrent refreshes of one host run one after the other and each sees the one before it
+/// (taken last, the lock never waits inside a lock chain, so it cannot deadlock).
+pub async fn refresh_stock(conn: &impl ConnectionTrait, host_id: i64) -> AppResult<()> {
+    let backend = conn.get_database_backend();
+    if backend == DbBackend::Postgres {
+        conn.execute_raw(Statement::from_sql_and_values(
+            backend,
+            "SELECT pg_advisory_xact_lock($1)",
+            [Value::from(STOCK_LOCK_SPACE + host_id)],
+        ))
+        .await
+        .context("locking host stock")?;
+    }
+    let mut delete = Sql::new(backend);
+    let host = delete.bind(host_id);
+    conn.execute_raw(Statement::from_sql_and_values(
+        backend,
+        format!("DELETE FROM offer_stock WHERE host_id = {host}"),
+        delete.values,
+    ))
+    .await
+    .context("clearing host stock")?;
+    let mut insert = Sql::new(backend);
+    let select = stock_select(&mut insert, Some(host_id));
+    conn.execute_raw(Statement::from_sql_and_values(backend, select, insert.values))
+        .await
+        .context("refreshing host stock")?;
+    Ok(())
+}
+
+/// Recomputes the whole stock (at start-up: holds that ended while the server was down).
+pub async fn rebuild_stock(conn: &impl ConnectionTrait) -> AppResult<()> {
+    let backend = conn.get_database_backend();
+    conn.execute_unprepared("DELETE FROM offer_stock").await.context("clearing stock")?;
+    let mut insert = Sql::new(backend);
+    let select = stock_select(&mut insert, None);
+    conn.execute_raw(Statement::from_sql_and_values(backend, select, insert.values))
+        .await
+        .context("rebuilding stock")?;
+    Ok(())
+}
+
+/// Advisory-lock keys of host stock: `STOCK_LOCK_SPACE + host id`.
+const STOCK_LOCK_SPACE: i64 = 0x5354_4f43_0000_0000;
+
+/// `INSERT INTO offer_stock SELECT ...` of the available GPUs matching `which` that no active
+/// hold keeps now or later (a reservation), as booking sees them, with the host's market facts.
+/// Parameters are bound in the order they appear (SQLite's `?` are positional).
+fn stock_select(sql: &mut Sql, host_id: Option<i64>) -> String {
+    let listed = sql.bind(true);
+    let online = sql.bind(HostStatus::Online.as_str());
+    let which = match host_id {
+        Some(id) => format!("g.host_id = {}", sql.bind(id)),
+        None => "1 = 1".to_owned(),
+    };
+    let active = sql.bind(true);
+    let now = sql.bind(Utc::now());
+    format!(
+        "INSERT INTO offer_stock (host_id, gpu_model, gpus_free, vram_bytes, cuda_version, cuda_version_num, \
+         driver_version, linked, on_market, location_key, on_demand_micros, reserved_micros, spot_min_bid_micros) \
+         SELECT a.host_id, a.model, a.free, a.vram, a.cuda, a.cuda_num, a.driver, a.linked, \
+         (h.listed = {listed} AND h.status = {online} AND h.revoked_at IS NULL AND p.host_id IS NOT NULL), \
+         LOWER(h.location), COALESCE(p.on_demand_micros, 0), COALESCE(p.reserved_micros, 0), \
+         COALESCE(p.spot_min_bid_micros, 0) \
+         FROM (SELECT g.host_id AS host_id, g.model AS model, COUNT(g.id) AS free, MIN(g.memory_bytes) AS vram, \
+         MIN(g.cuda_version) AS cuda, MIN(g.cuda_version_num) AS cuda_num, MIN(g.driver_version) AS driver, \
+         SUM(CASE WHEN g.nvlink_peers <> '[]' THEN 1 ELSE 0 END) AS linked \
+         FROM gpus g WHERE {which} AND g.state = 'available' \
+         AND NOT EXISTS (SELECT 1 FROM rental_gpus rg WHERE rg.gpu_id = g.id AND rg.active = {active} AND rg.ends_at > {now}) \
+         GROUP BY g.host_id, g.model) a \
+         JOIN hosts h ON h.id = a.host_id \
+         LEFT JOIN host_prices p ON p.host_id = a.host_id AND p.gpu_model = a.model"
+    )
+}
