@@ -110,10 +110,7 @@ pub fn set_content_security_policy() {
 /// The one shape of a server function for a signed-in caller: the request (services, session,
 /// client address) and the caller are found, `call` runs, and a failure is answered with the
 /// API's status mapping (see [`respond`]). A visitor gets `Unauthorized`.
-pub async fn signed_in<T, Fut>(call: impl FnOnce(Request, Principal) -> Fut) -> Result<T, AppError>
-where
-    Fut: Future<Output = Result<T, AppError>>,
-{
+pub async fn signed_in<T>(call: impl AsyncFnOnce(Request, Principal) -> Result<T, AppError>) -> Result<T, AppError> {
     respond(async move {
         let req = Request::current().await?;
         let principal = req.principal().await?;
@@ -123,10 +120,7 @@ where
 }
 
 /// Like [`signed_in`], for server functions open to visitors too.
-pub async fn anyone<T, Fut>(call: impl FnOnce(Request) -> Fut) -> Result<T, AppError>
-where
-    Fut: Future<Output = Result<T, AppError>>,
-{
+pub async fn anyone<T>(call: impl AsyncFnOnce(Request) -> Result<T, AppError>) -> Result<T, AppError> {
     respond(async move { call(Request::current().await?).await }).await
 }
 

@@ -62,14 +62,14 @@ async fn main() {
     {
         let db = TestDb::new(backend).await;
         let services = Services::new(db.connect().await, Settings::default()).await.expect("services");
-        let provider = testing::person(&services, "provider@bench.example", true, 0).await;
+        let provider = testing::provider(&services, "provider@bench.example").await;
         let mut host_ids = Vec::new();
         for i in 0..host_count {
-            host_ids.push(testing::listed_host(&services, &provider, &format!("bench-{i}"), 8, 1).await);
+            host_ids.push(testing::host(&services, &provider, &format!("bench-{i}")).gpus(8).await);
         }
         let mut renters = Vec::new();
         for i in 0..clients {
-            renters.push(testing::person(&services, &format!("renter-{i}@bench.example"), false, 1_000_000).await);
+            renters.push(testing::renter(&services, &format!("renter-{i}@bench.example")).dollars(1_000_000).await);
         }
         let tally = Arc::new(Tally::default());
         let deadline = Instant::now() + Duration::from_secs(seconds);

@@ -143,7 +143,7 @@ async fn main() {
         let base = format!("http://{addr}");
 
         // An admin with an API token watches the fleet.
-        let admin = testing::person(&services, "admin@bench.example", false, 0).await;
+        let admin = testing::renter(&services, "admin@bench.example").await;
         users::Entity::update(users::ActiveModel { id: Set(admin.user_id), is_admin: Set(true), ..Default::default() })
             .exec(&services.db)
             .await
@@ -152,7 +152,7 @@ async fn main() {
             .await
             .expect("token")
             .secret;
-        let provider = testing::person(&services, "provider@bench.example", true, 0).await;
+        let provider = testing::provider(&services, "provider@bench.example").await;
 
         // The agents: enrolled over HTTP once, then run at two paces from the same hosts.
         let enrolling = Instant::now();

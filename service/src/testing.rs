@@ -118,40 +118,111 @@ macro_rules! backend_tests {
     };
 }
 
-/// The GPU model of [`listed_host`]'s GPUs.
+/// The GPU model of [`host`]'s GPUs.
 pub const TEST_GPU_MODEL: &str = "NVIDIA H100 80GB HBM3";
 
-/// A signed-up account (a provider if `provider`) with `dollars` of promotional credit.
-pub async fn person(services: &Services, email: &str, provider: bool, dollars: i64) -> crate::auth::Principal {
-    use crate::ledger::{self, Book, Entry};
-    let request =
-        cardpool_domain::account::SignUpRequest { email: email.into(), password: "correct horse battery".into() };
-    let me = crate::accounts::create_account(services, &request).await.expect("sign up");
-    let mut principal = crate::auth::Principal {
-        user_id: me.id,
-        email: me.email,
-        roles: me.roles,
-        credential: crate::auth::Credential::Session,
-    };
-    if provider {
-        principal.roles = crate::accounts::enable_provider(services, &principal).await.expect("provider").roles;
-    }
-    if dollars > 0 {
-        let txn = db::begin_write(&services.db).await.expect("transaction");
-        let entry = Entry::new("credit", format!("seed:{email}"), "seed").transfer(
-            Book::PromotionalCredit,
-            Book::Wallet(me.id),
-            dollars * 1_000_000,
-        );
-        ledger::post(&txn, entry).await.expect("credit");
-        txn.commit().await.expect("commit");
-    }
-    principal
+/// A renter to sign up: `renter(&services, "r@example.com").dollars(50).await` is a signed-up
+/// account with $50 of promotional credit (none unless `.dollars` says so).
+pub fn renter<'a>(services: &'a Services, email: &str) -> NewPerson<'a> {
+    NewPerson { services, email: email.to_owned(), provider: false, dollars: 0 }
 }
 
-/// An enrolled, online, listed host named `name` with `gpus` H100s in `islands` NVLink islands,
-/// priced $2.00 on-demand, $1.60 reserved, $0.80 minimum spot bid per GPU-hour.
-pub async fn listed_host(
+/// A provider to sign up (renter and provider roles), like [`renter`].
+pub fn provider<'a>(services: &'a Services, email: &str) -> NewPerson<'a> {
+    NewPerson { provider: true, ..renter(services, email) }
+}
+
+/// An account [`renter`] or [`provider`] describes; awaiting it creates it.
+pub struct NewPerson<'a> {
+    services: &'a Services,
+    email: String,
+    provider: bool,
+    dollars: i64,
+}
+
+impl NewPerson<'_> {
+    /// Whole dollars of promotional credit in the wallet.
+    pub fn dollars(self, dollars: i64) -> Self {
+        NewPerson { dollars, ..self }
+    }
+
+    async fn create(self) -> crate::auth::Principal {
+        use crate::ledger::{self, Book, Entry};
+        let NewPerson { services, email, provider, dollars } = self;
+        let request =
+            cardpool_domain::account::SignUpRequest { email: email.clone(), password: "correct horse battery".into() };
+        let me = crate::accounts::create_account(services, &request).await.expect("sign up");
+        let mut principal = crate::auth::Principal {
+            user_id: me.id,
+            email: me.email,
+            roles: me.roles,
+            credential: crate::auth::Credential::Session,
+        };
+        if provider {
+            principal.roles = crate::accounts::enable_provider(services, &principal).await.expect("provider").roles;
+        }
+        if dollars > 0 {
+            let txn = db::begin_write(&services.db).await.expect("transaction");
+            let entry = Entry::new("credit", format!("seed:{email}"), "seed").transfer(
+                Book::PromotionalCredit,
+                Book::Wallet(me.id),
+                dollars * 1_000_000,
+            );
+            ledger::post(&txn, entry).await.expect("credit");
+            txn.commit().await.expect("commit");
+        }
+        principal
+    }
+}
+
+impl<'a> std::future::IntoFuture for NewPerson<'a> {
+    type Output = crate::auth::Principal;
+    type IntoFuture = std::pin::Pin<Box<dyn Future<Output = Self::Output> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.create())
+    }
+}
+
+/// A host to enroll for `provider`: `host(&services, &provider, "h").gpus(4).islands(2).await`
+/// is the id of an enrolled, online, listed host with 4 H100s in 2 NVLink islands (defaults: 1
+/// GPU, 1 island), priced $2.00 on-demand, $1.60 reserved, $0.80 minimum spot bid per GPU-hour.
+pub fn host<'a>(services: &'a Services, provider: &'a crate::auth::Principal, name: &str) -> NewHost<'a> {
+    NewHost { services, provider, name: name.to_owned(), gpus: 1, islands: 1 }
+}
+
+/// A host [`host`] describes; awaiting it enrolls it, reports its inventory, prices it, lists it
+/// and heartbeats once.
+pub struct NewHost<'a> {
+    services: &'a Services,
+    provider: &'a crate::auth::Principal,
+    name: String,
+    gpus: usize,
+    islands: usize,
+}
+
+impl<'a> NewHost<'a> {
+    pub fn gpus(self, gpus: usize) -> Self {
+        NewHost { gpus, ..self }
+    }
+
+    /// NVLink islands the GPUs are split into (GPUs link to the others of their island).
+    pub fn islands(self, islands: usize) -> Self {
+        NewHost { islands, ..self }
+    }
+}
+
+impl<'a> std::future::IntoFuture for NewHost<'a> {
+    type Output = i64;
+    type IntoFuture = std::pin::Pin<Box<dyn Future<Output = i64> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        let NewHost { services, provider, name, gpus, islands } = self;
+        Box::pin(async move { enroll_listed(services, provider, &name, gpus, islands).await })
+    }
+}
+
+async fn enroll_listed(
     services: &Services,
     provider: &crate::auth::Principal,
     name: &str,

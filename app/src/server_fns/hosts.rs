@@ -2,40 +2,33 @@ use cardpool_domain::{
     AppError,
     host::{CreatedEnrollmentToken, GpuModelPrice, HostDetail, HostSummary},
 };
+#[cfg(feature = "ssr")]
+use cardpool_service::hosts;
 use leptos::prelude::*;
 
 #[server(prefix = "/rpc", endpoint = "create_enrollment_token")]
 pub async fn create_enrollment_token(location: String) -> Result<CreatedEnrollmentToken, AppError> {
-    crate::ssr::signed_in(|req, principal| async move {
+    crate::ssr::signed_in(async |req, caller| {
         let headers = leptos_axum::extract::<http::HeaderMap>().await.map_err(|_| AppError::Internal)?;
         let url = req.state.server_url(&headers);
-        cardpool_service::hosts::create_enrollment_token(&req.services, &principal, Some(&location), &url).await
+        hosts::create_enrollment_token(&req.services, &caller, Some(&location), &url).await
     })
     .await
 }
 
 #[server(prefix = "/rpc", endpoint = "list_hosts")]
 pub async fn list_hosts() -> Result<Vec<HostSummary>, AppError> {
-    crate::ssr::signed_in(|req, principal| async move {
-        cardpool_service::hosts::list_hosts(&req.services, &principal).await
-    })
-    .await
+    crate::ssr::signed_in(async |req, caller| hosts::list_hosts(&req.services, &caller).await).await
 }
 
 #[server(prefix = "/rpc", endpoint = "get_host")]
 pub async fn get_host(id: i64) -> Result<HostDetail, AppError> {
-    crate::ssr::signed_in(|req, principal| async move {
-        cardpool_service::hosts::get_host(&req.services, &principal, id).await
-    })
-    .await
+    crate::ssr::signed_in(async |req, caller| hosts::get_host(&req.services, &caller, id).await).await
 }
 
 #[server(prefix = "/rpc", endpoint = "revoke_host")]
 pub async fn revoke_host(id: i64) -> Result<(), AppError> {
-    crate::ssr::signed_in(|req, principal| async move {
-        cardpool_service::hosts::revoke_host(&req.services, &principal, id).await
-    })
-    .await
+    crate::ssr::signed_in(async |req, caller| hosts::revoke_host(&req.services, &caller, id).await).await
 }
 
 /// Prices arrive as dollar strings from the form and are stored as integer micro-dollars.
@@ -47,7 +40,7 @@ pub async fn update_host_pricing(
     reserved: String,
     spot_min_bid: String,
 ) -> Result<GpuModelPrice, AppError> {
-    crate::ssr::signed_in(|req, principal| async move {
+    crate::ssr::signed_in(async |req, caller| {
         use cardpool_domain::money::parse_dollars;
         let mut fields = cardpool_domain::FieldErrors::new();
         let mut dollars = |field: &str, raw: &str| {
@@ -62,15 +55,12 @@ pub async fn update_host_pricing(
         if !fields.is_empty() {
             return Err(AppError::invalid_fields(fields));
         }
-        cardpool_service::hosts::update_host_pricing(&req.services, &principal, id, &price).await
+        hosts::update_host_pricing(&req.services, &caller, id, &price).await
     })
     .await
 }
 
 #[server(prefix = "/rpc", endpoint = "set_host_listed")]
 pub async fn set_host_listed(id: i64, listed: bool) -> Result<(), AppError> {
-    crate::ssr::signed_in(|req, principal| async move {
-        cardpool_service::hosts::set_host_listed(&req.services, &principal, id, listed).await
-    })
-    .await
+    crate::ssr::signed_in(async |req, caller| hosts::set_host_listed(&req.services, &caller, id, listed).await).await
 }

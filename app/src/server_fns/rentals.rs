@@ -2,47 +2,37 @@ use cardpool_domain::{
     AppError,
     rentals::{BookingForm, Rental, RentalDetail},
 };
+#[cfg(feature = "ssr")]
+use cardpool_service::rentals;
 use leptos::prelude::*;
 
 /// Books from the booking form (its inputs are named `form[field]`); field problems come back
 /// per field.
 #[server(prefix = "/rpc", endpoint = "book_rental")]
 pub async fn book_rental(form: BookingForm) -> Result<Rental, AppError> {
-    crate::ssr::signed_in(|req, principal| async move {
-        cardpool_service::rentals::book_offer(&req.services, &principal, &form.parse()?).await
-    })
-    .await
+    crate::ssr::signed_in(async |req, caller| rentals::book_offer(&req.services, &caller, &form.parse()?).await).await
 }
 
 #[server(prefix = "/rpc", endpoint = "list_rentals")]
 pub async fn list_rentals() -> Result<Vec<Rental>, AppError> {
-    crate::ssr::signed_in(|req, principal| async move {
-        cardpool_service::rentals::list_rentals(&req.services, &principal).await
-    })
-    .await
+    crate::ssr::signed_in(async |req, caller| rentals::list_rentals(&req.services, &caller).await).await
 }
 
 #[server(prefix = "/rpc", endpoint = "get_rental")]
 pub async fn get_rental(id: i64) -> Result<RentalDetail, AppError> {
-    crate::ssr::signed_in(|req, principal| async move {
-        cardpool_service::rentals::get_rental(&req.services, &principal, id).await
-    })
-    .await
+    crate::ssr::signed_in(async |req, caller| rentals::get_rental(&req.services, &caller, id).await).await
 }
 
 #[server(prefix = "/rpc", endpoint = "stop_rental")]
 pub async fn stop_rental(id: i64) -> Result<Rental, AppError> {
-    crate::ssr::signed_in(|req, principal| async move {
-        cardpool_service::rentals::stop_rental(&req.services, &principal, id).await
-    })
-    .await
+    crate::ssr::signed_in(async |req, caller| rentals::stop_rental(&req.services, &caller, id).await).await
 }
 
 #[server(prefix = "/rpc", endpoint = "change_bid")]
 pub async fn change_bid(id: i64, bid: String) -> Result<Rental, AppError> {
-    crate::ssr::signed_in(|req, principal| async move {
+    crate::ssr::signed_in(async |req, caller| {
         let bid_micros = cardpool_domain::money::parse_dollars(&bid).map_err(|e| AppError::invalid_field("bid", e))?;
-        cardpool_service::rentals::change_bid(&req.services, &principal, id, bid_micros).await
+        rentals::change_bid(&req.services, &caller, id, bid_micros).await
     })
     .await
 }

@@ -2,53 +2,37 @@ use cardpool_domain::{
     AppError,
     telemetry::{Alert, DeliveredEnergy, FleetOverview, TelemetryScope, TelemetryView},
 };
+#[cfg(feature = "ssr")]
+use cardpool_service::{alerts, telemetry};
 use leptos::prelude::*;
 
 #[server(prefix = "/rpc", endpoint = "load_telemetry")]
 pub async fn load_telemetry(scope: TelemetryScope) -> Result<TelemetryView, AppError> {
-    crate::ssr::signed_in(|req, principal| async move {
-        cardpool_service::telemetry::view(&req.services, &principal, scope).await
-    })
-    .await
+    crate::ssr::signed_in(async |req, caller| telemetry::view(&req.services, &caller, scope).await).await
 }
 
 #[server(prefix = "/rpc", endpoint = "load_fleet")]
 pub async fn load_fleet() -> Result<FleetOverview, AppError> {
-    crate::ssr::signed_in(|req, principal| async move {
-        cardpool_service::telemetry::fleet(&req.services, &principal).await
-    })
-    .await
+    crate::ssr::signed_in(async |req, caller| telemetry::fleet(&req.services, &caller).await).await
 }
 
 #[server(prefix = "/rpc", endpoint = "load_my_hosts")]
 pub async fn load_my_hosts() -> Result<FleetOverview, AppError> {
-    crate::ssr::signed_in(|req, principal| async move {
-        cardpool_service::telemetry::my_hosts(&req.services, &principal).await
-    })
-    .await
+    crate::ssr::signed_in(async |req, caller| telemetry::my_hosts(&req.services, &caller).await).await
 }
 
 #[server(prefix = "/rpc", endpoint = "list_alerts")]
 pub async fn list_alerts() -> Result<Vec<Alert>, AppError> {
-    crate::ssr::signed_in(|req, principal| async move {
-        cardpool_service::alerts::list_alerts(&req.services, &principal).await
-    })
-    .await
+    crate::ssr::signed_in(async |req, caller| alerts::list_alerts(&req.services, &caller).await).await
 }
 
 #[server(prefix = "/rpc", endpoint = "acknowledge_alert")]
 pub async fn acknowledge_alert(id: i64) -> Result<(), AppError> {
-    crate::ssr::signed_in(|req, principal| async move {
-        cardpool_service::alerts::acknowledge(&req.services, &principal, id).await
-    })
-    .await
+    crate::ssr::signed_in(async |req, caller| alerts::acknowledge(&req.services, &caller, id).await).await
 }
 
 /// Energy delivered per rental on the caller's hosts.
 #[server(prefix = "/rpc", endpoint = "provider_energy")]
 pub async fn provider_energy() -> Result<Vec<DeliveredEnergy>, AppError> {
-    crate::ssr::signed_in(|req, principal| async move {
-        cardpool_service::telemetry::provider_energy(&req.services, &principal).await
-    })
-    .await
+    crate::ssr::signed_in(async |req, caller| telemetry::provider_energy(&req.services, &caller).await).await
 }

@@ -3,8 +3,7 @@
 //! is still stored exactly once; the live feed over HTTP shows a renter only their GPUs;
 //! `/metrics` speaks dcgm-exporter and wants its token.
 
-mod common;
-
+use crate::common::{TestApp, eventually};
 use cardpool_agent::{connection, enrollment, gpu::simulated::SimulatedSource, runtime::WorkloadMode};
 use cardpool_server::{Config, workers};
 use cardpool_service::{
@@ -13,7 +12,6 @@ use cardpool_service::{
     hosts,
     testing::Backend,
 };
-use common::{TestApp, eventually};
 use reqwest::{Client, StatusCode};
 use sea_orm::EntityTrait;
 use serde_json::{Value, json};

@@ -67,8 +67,8 @@ backend_tests!(
 
 async fn replays_duplicates_and_restarts_store_each_frame_once(backend: Backend) {
     let (_db, services) = testing::services(backend, Settings::default()).await;
-    let provider = testing::person(&services, "p@example.com", true, 0).await;
-    let host = testing::listed_host(&services, &provider, "h", 2, 1).await;
+    let provider = testing::provider(&services, "p@example.com").await;
+    let host = testing::host(&services, &provider, "h").gpus(2).await;
     let stream = 1_000;
 
     let ack = telemetry::ingest(&services, host, stream, &frames(1, 90, 2, 40, 100_000), 0).await.unwrap();
@@ -146,9 +146,9 @@ fn now_frames(from: u64, count: u64, gpus: u32, util: u32, power_mw: u32) -> Vec
 
 async fn energy_counts_only_while_the_rental_runs(backend: Backend) {
     let (_db, services) = testing::services(backend, Settings::default()).await;
-    let provider = testing::person(&services, "p@example.com", true, 0).await;
-    let renter = testing::person(&services, "r@example.com", false, 100).await;
-    let host = testing::listed_host(&services, &provider, "h", 4, 1).await;
+    let provider = testing::provider(&services, "p@example.com").await;
+    let renter = testing::renter(&services, "r@example.com").dollars(100).await;
+    let host = testing::host(&services, &provider, "h").gpus(4).await;
     // Before the rental runs: no energy for anyone.
     telemetry::ingest(&services, host, 1, &now_frames(1, 5, 4, 90, 300_000), 0).await.unwrap();
     let rental = booked(&services, &renter, host, 2, false).await;
@@ -176,14 +176,14 @@ async fn energy_counts_only_while_the_rental_runs(backend: Backend) {
 
 async fn grants_show_each_viewer_only_their_gpus(backend: Backend) {
     let (_db, services) = testing::services(backend, Settings::default()).await;
-    let provider = testing::person(&services, "p@example.com", true, 0).await;
-    let other_provider = testing::person(&services, "q@example.com", true, 0).await;
-    let renter = testing::person(&services, "r@example.com", false, 100).await;
-    let stranger = testing::person(&services, "s@example.com", false, 100).await;
-    let mut admin = testing::person(&services, "a@example.com", false, 0).await;
+    let provider = testing::provider(&services, "p@example.com").await;
+    let other_provider = testing::provider(&services, "q@example.com").await;
+    let renter = testing::renter(&services, "r@example.com").dollars(100).await;
+    let stranger = testing::renter(&services, "s@example.com").dollars(100).await;
+    let mut admin = testing::renter(&services, "a@example.com").await;
     admin.roles.admin = true;
-    let host = testing::listed_host(&services, &provider, "h", 4, 1).await;
-    let other_host = testing::listed_host(&services, &other_provider, "o", 2, 1).await;
+    let host = testing::host(&services, &provider, "h").gpus(4).await;
+    let other_host = testing::host(&services, &other_provider, "o").gpus(2).await;
     let rental = booked(&services, &renter, host, 2, false).await;
     run(&services, host, rental).await;
     let mine = rentals::get_rental(&services, &renter, rental).await.unwrap().rental.gpu_indexes;
@@ -237,11 +237,11 @@ async fn alerts_follow_conditions_and_idle_rentals_are_told_or_stopped(backend: 
         ..Settings::default()
     };
     let (_db, services) = testing::services(backend, settings).await;
-    let provider = testing::person(&services, "p@example.com", true, 0).await;
-    let renter = testing::person(&services, "r@example.com", false, 100).await;
-    let mut admin = testing::person(&services, "a@example.com", false, 0).await;
+    let provider = testing::provider(&services, "p@example.com").await;
+    let renter = testing::renter(&services, "r@example.com").dollars(100).await;
+    let mut admin = testing::renter(&services, "a@example.com").await;
     admin.roles.admin = true;
-    let host = testing::listed_host(&services, &provider, "h", 4, 2).await;
+    let host = testing::host(&services, &provider, "h").gpus(4).islands(2).await;
 
     // GPU 0 overheats, GPU 1 raises XID 79, GPU 2 has an uncorrectable ECC error.
     let mut hot = now_frames(1, 1, 4, 50, 200_000);

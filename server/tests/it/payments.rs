@@ -2,8 +2,7 @@
 //! top-ups credited only by signed webhooks, webhook chaos, the Stripe adapter's contract
 //! (parameters, idempotency keys, error mapping, retries), Connect payouts, admin credits.
 
-mod common;
-
+use crate::common::TestApp;
 use cardpool_server::Config;
 use cardpool_service::{
     Settings, backend_tests,
@@ -12,7 +11,6 @@ use cardpool_service::{
     testing::Backend,
 };
 use cardpool_stripe_local::{InjectedFailure, sign};
-use common::TestApp;
 use reqwest::{Client, StatusCode};
 use sea_orm::{EntityTrait, PaginatorTrait, QueryOrder};
 use serde_json::{Value, json};
@@ -452,9 +450,11 @@ async fn admins_credit_and_refund_with_a_reason(backend: Backend) {
         .unwrap();
     assert_eq!(res.status(), StatusCode::FORBIDDEN);
 
-    cardpool_service::accounts::create_admin(&app.services, "boss@example.com", Some(common::PASSWORD)).await.unwrap();
+    cardpool_service::accounts::create_admin(&app.services, "boss@example.com", Some(crate::common::PASSWORD))
+        .await
+        .unwrap();
     let admin = app.browser();
-    assert_eq!(app.sign_in(&admin, "boss@example.com", common::PASSWORD).await.status(), StatusCode::OK);
+    assert_eq!(app.sign_in(&admin, "boss@example.com", crate::common::PASSWORD).await.status(), StatusCode::OK);
     let res = admin
         .post(app.url("/api/v1/admin/credits"))
         .json(&json!({"email": "nobody@example.com", "amount": "-1", "kind": "credit", "reason": ""}))

@@ -1,5 +1,4 @@
 //! A real server on a real socket for each test, over a per-test database.
-#![allow(dead_code)] // each test binary uses a different part
 
 use cardpool_server::{Config, http, workers};
 use cardpool_service::{

@@ -3,13 +3,11 @@
 //! its GPU visible, is preempted by an on-demand booking (SIGTERM + notice file, then
 //! `preempted`), the on-demand rental runs, is stopped and billed exactly.
 
-mod common;
-
+use crate::common::{TestApp, eventually};
 use cardpool_agent::{connection, enrollment, gpu::simulated::SimulatedSource, runtime::WorkloadMode};
 use cardpool_domain::host::GpuModelPrice;
 use cardpool_server::{config::Config, workers};
 use cardpool_service::{Settings, accounts, backend_tests, hosts, ledger, rentals, testing::Backend};
-use common::{TestApp, eventually};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::time::Duration;

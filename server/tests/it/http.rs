@@ -1,14 +1,12 @@
 //! HTTP tests against the real router on a real socket, on SQLite and PostgreSQL: auth flows,
 //! token auth, the sign-in throttle, cross-site rejection, 401/403, headers and pages.
 
-mod common;
-
+use crate::common::{PASSWORD, TestApp};
 use cardpool_service::{
     Settings, backend_tests,
     rate_limit::{Limit, SignInLimits},
     testing::Backend,
 };
-use common::{PASSWORD, TestApp};
 use reqwest::{Client, StatusCode, header};
 use serde_json::{Value, json};
 use std::time::Duration;

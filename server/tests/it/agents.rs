@@ -1,14 +1,12 @@
 //! The agent and the server over a real WebSocket, on SQLite and PostgreSQL: enrollment,
 //! inventory, heartbeats and liveness, reconnects, revocation, and refusals.
 
-mod common;
-
+use crate::common::{TestApp, eventually};
 use cardpool_agent::{
     connection, enrollment, gpu::simulated::SimulatedSource, runtime::WorkloadMode, state::AgentState,
 };
 use cardpool_protocol::{AgentMessage, PROTOCOL_VERSION, ProtocolVersion, ServerMessage};
 use cardpool_service::{backend_tests, testing::Backend};
-use common::{TestApp, eventually};
 use futures_util::{SinkExt, StreamExt};
 use reqwest::{Client, StatusCode};
 use serde_json::Value;

@@ -24,13 +24,9 @@ use sea_orm::{ActiveModelTrait, ActiveValue::Set, EntityTrait, IntoActiveModel};
 
 const MODEL: &str = testing::TEST_GPU_MODEL;
 
-async fn person(services: &Services, email: &str, provider: bool, dollars: i64) -> Principal {
-    testing::person(services, email, provider, dollars).await
-}
-
 /// A listed, online host with `n` GPUs in two NVLink islands.
 async fn host(services: &Services, provider: &Principal, n: usize) -> i64 {
-    testing::listed_host(services, provider, "storm", n, 2).await
+    testing::host(services, provider, "storm").gpus(n).islands(2).await
 }
 
 fn request(host_id: i64, gpu_count: u32) -> BookOfferRequest {
@@ -90,11 +86,11 @@ async fn assert_no_overlaps(services: &Services) -> usize {
 
 async fn booking_storm_never_overbooks(backend: Backend) {
     let (_db, services) = testing::services(backend, Settings::default()).await;
-    let provider = person(&services, "owner@example.com", true, 0).await;
+    let provider = testing::provider(&services, "owner@example.com").await;
     let host_id = host(&services, &provider, 8).await;
     let mut renters = Vec::new();
     for i in 0..4 {
-        renters.push(person(&services, &format!("renter{i}@example.com"), false, 1_000).await);
+        renters.push(testing::renter(&services, &format!("renter{i}@example.com")).dollars(1_000).await);
     }
     let attempts = 40;
     let tasks: Vec<_> = (0..attempts)
@@ -157,9 +153,9 @@ async fn booking_storm_never_overbooks(backend: Backend) {
 
 async fn bookings_prefer_nvlink_and_release_on_end(backend: Backend) {
     let (_db, services) = testing::services(backend, Settings::default()).await;
-    let provider = person(&services, "owner@example.com", true, 0).await;
+    let provider = testing::provider(&services, "owner@example.com").await;
     let host_id = host(&services, &provider, 8).await;
-    let renter = person(&services, "renter@example.com", false, 100).await;
+    let renter = testing::renter(&services, "renter@example.com").dollars(100).await;
 
     // GPU 0 taken alone, then 4 more: they come from the untouched island (4..8), all NVLinked.
     let one = rentals::book_offer(&services, &renter, &request(host_id, 1)).await.unwrap();
@@ -179,7 +175,7 @@ async fn bookings_prefer_nvlink_and_release_on_end(backend: Backend) {
     assert_eq!(again.gpu_indexes, vec![4, 5, 6, 7]);
 
     // Someone else's rental is invisible to stop.
-    let other = person(&services, "other@example.com", false, 0).await;
+    let other = testing::renter(&services, "other@example.com").await;
     assert!(matches!(rentals::stop_rental(&services, &other, again.id).await, Err(AppError::NotFound(_))));
     // No money, no booking: the shortfall is named.
     let poor = rentals::book_offer(&services, &other, &request(host_id, 1)).await.unwrap_err();
@@ -194,9 +190,9 @@ async fn bookings_prefer_nvlink_and_release_on_end(backend: Backend) {
 
 async fn the_database_refuses_overlapping_holds(backend: Backend) {
     let (_db, services) = testing::services(backend, Settings::default()).await;
-    let provider = person(&services, "owner@example.com", true, 0).await;
+    let provider = testing::provider(&services, "owner@example.com").await;
     let host_id = host(&services, &provider, 2).await;
-    let renter = person(&services, "renter@example.com", false, 100).await;
+    let renter = testing::renter(&services, "renter@example.com").dollars(100).await;
     let rental = rentals::book_offer(&services, &renter, &request(host_id, 1)).await.unwrap();
     let held = rental_gpus::Entity::find().one(&services.db).await.unwrap().unwrap();
     // Bypass the service: insert a second hold on the same GPU over an overlapping window.
@@ -228,9 +224,9 @@ async fn the_database_refuses_overlapping_holds(backend: Backend) {
 
 async fn an_on_demand_rental_runs_and_is_billed_to_the_second(backend: Backend) {
     let (_db, services) = testing::services(backend, Settings::default()).await;
-    let provider = person(&services, "owner@example.com", true, 0).await;
+    let provider = testing::provider(&services, "owner@example.com").await;
     let host_id = host(&services, &provider, 4).await;
-    let renter = person(&services, "renter@example.com", false, 50).await;
+    let renter = testing::renter(&services, "renter@example.com").dollars(50).await;
     let before = wallet(&services, &renter).await;
     let rental = rentals::book_offer(&services, &renter, &request(host_id, 2)).await.unwrap();
 
@@ -296,9 +292,9 @@ async fn an_on_demand_rental_runs_and_is_billed_to_the_second(backend: Backend) 
 
 async fn running_out_of_money_warns_then_stops(backend: Backend) {
     let (_db, services) = testing::services(backend, Settings::default()).await;
-    let provider = person(&services, "owner@example.com", true, 0).await;
+    let provider = testing::provider(&services, "owner@example.com").await;
     let host_id = host(&services, &provider, 1).await;
-    let renter = person(&services, "renter@example.com", false, 3).await;
+    let renter = testing::renter(&services, "renter@example.com").dollars(3).await;
     let rental = rentals::book_offer(&services, &renter, &request(host_id, 1)).await.unwrap();
     report(&services, host_id, rental.id, WorkloadStatus::Ready).await;
     // After 85 minutes at $2/h, $0.17 is left: less than 10 minutes' worth → a warning.
@@ -318,9 +314,9 @@ async fn running_out_of_money_warns_then_stops(backend: Backend) {
 
 async fn a_host_going_offline_interrupts_its_rentals(backend: Backend) {
     let (_db, services) = testing::services(backend, Settings::default()).await;
-    let provider = person(&services, "owner@example.com", true, 0).await;
+    let provider = testing::provider(&services, "owner@example.com").await;
     let host_id = host(&services, &provider, 2).await;
-    let renter = person(&services, "renter@example.com", false, 50).await;
+    let renter = testing::renter(&services, "renter@example.com").dollars(50).await;
     let rental = rentals::book_offer(&services, &renter, &request(host_id, 1)).await.unwrap();
     report(&services, host_id, rental.id, WorkloadStatus::Ready).await;
     backdate(&services, rental.id, 600).await;
@@ -338,11 +334,11 @@ async fn a_host_going_offline_interrupts_its_rentals(backend: Backend) {
 
 async fn spot_rentals_clear_at_one_price_and_are_preempted_by_on_demand(backend: Backend) {
     let (_db, services) = testing::services(backend, Settings::default()).await;
-    let provider = person(&services, "owner@example.com", true, 0).await;
+    let provider = testing::provider(&services, "owner@example.com").await;
     let host_id = host(&services, &provider, 2).await;
-    let low = person(&services, "low@example.com", false, 50).await;
-    let high = person(&services, "high@example.com", false, 50).await;
-    let od = person(&services, "od@example.com", false, 50).await;
+    let low = testing::renter(&services, "low@example.com").dollars(50).await;
+    let high = testing::renter(&services, "high@example.com").dollars(50).await;
+    let od = testing::renter(&services, "od@example.com").dollars(50).await;
 
     let below = rentals::book_offer(&services, &low, &spot(host_id, 1, 700_000)).await.unwrap_err();
     assert!(below.field("bid_micros").is_some_and(|m| m.contains("$0.80")), "{below:?}");
@@ -394,10 +390,10 @@ async fn spot_rentals_clear_at_one_price_and_are_preempted_by_on_demand(backend:
 
 async fn reservations_are_prepaid_exclusive_and_refunded_when_cancelled(backend: Backend) {
     let (_db, services) = testing::services(backend, Settings::default()).await;
-    let provider = person(&services, "owner@example.com", true, 0).await;
+    let provider = testing::provider(&services, "owner@example.com").await;
     let host_id = host(&services, &provider, 2).await;
-    let renter = person(&services, "renter@example.com", false, 50).await;
-    let other = person(&services, "other@example.com", false, 50).await;
+    let renter = testing::renter(&services, "renter@example.com").dollars(50).await;
+    let other = testing::renter(&services, "other@example.com").dollars(50).await;
     let start = chrono::Utc::now() + chrono::Duration::hours(1);
     let reserve = |hours| BookOfferRequest {
         kind: RentalKind::Reserved,
@@ -438,9 +434,9 @@ async fn reservations_are_prepaid_exclusive_and_refunded_when_cancelled(backend:
 
 async fn a_reserved_window_runs_ends_on_time_and_pays_the_provider(backend: Backend) {
     let (_db, services) = testing::services(backend, Settings::default()).await;
-    let provider = person(&services, "owner@example.com", true, 0).await;
+    let provider = testing::provider(&services, "owner@example.com").await;
     let host_id = host(&services, &provider, 2).await;
-    let renter = person(&services, "renter@example.com", false, 50).await;
+    let renter = testing::renter(&services, "renter@example.com").dollars(50).await;
     let request = BookOfferRequest {
         kind: RentalKind::Reserved,
         starts_at: Some(chrono::Utc::now()),

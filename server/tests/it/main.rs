@@ -1,0 +1,11 @@
+//! The server's integration tests, one binary for all of them: a real server on a real socket
+//! per test (`common`), over a per-test database, on SQLite and PostgreSQL, with real agents,
+//! the local test-mode Stripe and the `cardpool` binary itself.
+
+mod agents;
+mod cli;
+mod common;
+mod http;
+mod payments;
+mod rentals;
+mod telemetry;

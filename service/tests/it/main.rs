@@ -1,0 +1,11 @@
+//! The service's integration tests, one binary (one link, one process start) for all of them.
+//! Each module runs its tests on SQLite and PostgreSQL (see `cardpool_service::backend_tests`);
+//! the accounts, hosts and money they need come from the builders in
+//! `cardpool_service::testing`.
+
+mod accounts;
+mod hosts;
+mod ledger;
+mod offers;
+mod rentals;
+mod telemetry;
