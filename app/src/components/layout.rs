@@ -1,7 +1,10 @@
 //! The frame around every page: header with navigation that follows the account's roles,
 //! and the footer.
 
-use super::session::{reload_to, use_current_user};
+use super::{
+    kit::{Badge, Tone},
+    session::{reload_to, use_current_user},
+};
 use crate::server_fns::accounts::SignOut;
 use leptos::prelude::*;
 use leptos_router::components::A;
@@ -63,8 +66,8 @@ fn SignedInNav(email: String, provider: bool, admin: bool) -> impl IntoView {
             {admin.then(|| view! { <A href="/admin/fleet" attr:class="nav-link">"Admin"</A> })}
             <span class="hidden items-center gap-2 px-2 text-sm text-slate-500 md:flex" data-testid="nav-email">
                 {email}
-                {provider.then(|| view! { <span class="badge bg-emerald-50 text-emerald-700 ring-emerald-200">"provider"</span> })}
-                {admin.then(|| view! { <span class="badge bg-amber-50 text-amber-800 ring-amber-200">"admin"</span> })}
+                {provider.then(|| view! { <Badge tone=Tone::Good>"provider"</Badge> })}
+                {admin.then(|| view! { <Badge tone=Tone::Warn>"admin"</Badge> })}
             </span>
             <ActionForm action=sign_out>
                 <button type="submit" class="btn-secondary">"Sign out"</button>

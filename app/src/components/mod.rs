@@ -2,6 +2,7 @@
 
 pub mod bundle;
 pub mod form;
+pub mod kit;
 pub mod layout;
 pub mod money;
 pub mod session;

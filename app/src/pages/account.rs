@@ -3,6 +3,7 @@
 use crate::{
     components::{
         form::{Field, FormAlert, SubmitButton, field_error, form_error},
+        kit::{Badge, Tone},
         session::{RequireSignIn, reload_to},
     },
     server_fns::accounts::{ChangePassword, EnableProvider},
@@ -43,8 +44,8 @@ fn Account(me: Me) -> impl IntoView {
                         <dt class="text-slate-500">"Roles"</dt>
                         <dd class="mt-1 flex flex-wrap gap-2" data-testid="account-roles">
                             <span class="badge bg-slate-100 text-slate-700 ring-slate-200">"renter"</span>
-                            {me.roles.provider.then(|| view! { <span class="badge bg-emerald-50 text-emerald-700 ring-emerald-200">"provider"</span> })}
-                            {me.roles.admin.then(|| view! { <span class="badge bg-amber-50 text-amber-800 ring-amber-200">"admin"</span> })}
+                            {me.roles.provider.then(|| view! { <Badge tone=Tone::Good>"provider"</Badge> })}
+                            {me.roles.admin.then(|| view! { <Badge tone=Tone::Warn>"admin"</Badge> })}
                         </dd>
                     </div>
                     <div>

@@ -4,6 +4,7 @@
 use crate::{
     components::{
         form::{Field, FormAlert, SubmitButton, field_error, form_error},
+        kit::{Await, Col, DataTable},
         money::dollars,
         session::RequireSignIn,
     },
@@ -107,32 +108,18 @@ fn AdminCredits() -> impl IntoView {
                     match audit.await {
                         Ok(list) if list.is_empty() => view! { <p class="mt-4 text-slate-500">"No adjustments yet."</p> }.into_any(),
                         Ok(list) => view! {
-                            <div class="mt-4 overflow-x-auto">
-                                <table class="min-w-full divide-y divide-slate-200 text-sm">
-                                    <thead>
-                                        <tr class="text-left text-slate-500">
-                                            <th scope="col" class="py-2 pr-4 font-medium">"When"</th>
-                                            <th scope="col" class="py-2 pr-4 font-medium">"Account"</th>
-                                            <th scope="col" class="py-2 pr-4 font-medium">"Kind"</th>
-                                            <th scope="col" class="py-2 pr-4 text-right font-medium">"Amount"</th>
-                                            <th scope="col" class="py-2 pr-4 font-medium">"Reason"</th>
-                                            <th scope="col" class="hidden py-2 pr-4 font-medium md:table-cell">"By"</th>
-                                        </tr>
-                                    </thead>
-                                    <tbody class="divide-y divide-slate-100">
-                                        {list.into_iter().map(|a| view! {
-                                            <tr data-testid="adjustment-row">
-                                                <td class="whitespace-nowrap py-3 pr-4 text-slate-600">{a.created_at.format("%Y-%m-%d %H:%M").to_string()}</td>
-                                                <td class="py-3 pr-4 text-slate-900">{a.account_email}</td>
-                                                <td class="py-3 pr-4 text-slate-600">{a.kind}</td>
-                                                <td class="py-3 pr-4 text-right tabular-nums">{dollars(a.amount_micros)}</td>
-                                                <td class="py-3 pr-4 text-slate-700">{a.reason}</td>
-                                                <td class="hidden py-3 pr-4 text-slate-600 md:table-cell">{a.actor_email}</td>
-                                            </tr>
-                                        }).collect_view()}
-                                    </tbody>
-                                </table>
-                            </div>
+                            <DataTable columns=vec![Col::new("When"), Col::new("Account"), Col::new("Kind"), Col::new("Amount").right(), Col::new("Reason"), Col::new("By").from("md")] class="mt-4">
+                                {list.into_iter().map(|a| view! {
+                                    <tr data-testid="adjustment-row">
+                                        <td class="whitespace-nowrap py-3 pr-4 text-slate-600">{a.created_at.format("%Y-%m-%d %H:%M").to_string()}</td>
+                                        <td class="py-3 pr-4 text-slate-900">{a.account_email}</td>
+                                        <td class="py-3 pr-4 text-slate-600">{a.kind}</td>
+                                        <td class="py-3 pr-4 text-right tabular-nums">{dollars(a.amount_micros)}</td>
+                                        <td class="py-3 pr-4 text-slate-700">{a.reason}</td>
+                                        <td class="hidden py-3 pr-4 text-slate-600 md:table-cell">{a.actor_email}</td>
+                                    </tr>
+                                }).collect_view()}
+                            </DataTable>
                         }.into_any(),
                         Err(err) => view! { <p role="alert" class="mt-4 text-red-700">{err.to_string()}</p> }.into_any(),
                     }
@@ -149,14 +136,7 @@ fn AdminUsers() -> impl IntoView {
     view! {
         <h1 class="text-2xl font-bold text-slate-900">"Users"</h1>
         <section class="card mt-6">
-            <Transition fallback=|| view! { <p class="text-slate-500">"Loading users…"</p> }>
-                {move || Suspend::new(async move {
-                    match users.await {
-                        Ok(list) => view! { <UserTable users=list grant /> }.into_any(),
-                        Err(err) => view! { <p role="alert" class="text-red-700">{err.to_string()}</p> }.into_any(),
-                    }
-                })}
-            </Transition>
+            <Await resource=users loading="Loading users…" ready=move |list| view! { <UserTable users=list grant /> } />
         </section>
     }
 }
@@ -164,41 +144,29 @@ fn AdminUsers() -> impl IntoView {
 #[component]
 fn UserTable(users: Vec<UserSummary>, grant: ServerAction<GrantAdmin>) -> impl IntoView {
     view! {
-        <div class="overflow-x-auto">
-            <table class="min-w-full divide-y divide-slate-200 text-sm">
-                <thead>
-                    <tr class="text-left text-slate-500">
-                        <th scope="col" class="py-2 pr-4 font-medium">"Email"</th>
-                        <th scope="col" class="py-2 pr-4 font-medium">"Roles"</th>
-                        <th scope="col" class="py-2 pr-4 font-medium">"Joined"</th>
-                        <th scope="col" class="py-2"><span class="sr-only">"Actions"</span></th>
+        <DataTable columns=vec![Col::new("Email"), Col::new("Roles"), Col::new("Joined"), Col::actions("Actions")]>
+            {users.into_iter().map(|user| {
+                let roles = [(true, "renter"), (user.roles.provider, "provider"), (user.roles.admin, "admin")]
+                    .into_iter()
+                    .filter_map(|(on, name)| on.then_some(name))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                view! {
+                    <tr>
+                        <td class="py-3 pr-4 font-medium text-slate-900">{user.email.clone()}</td>
+                        <td class="py-3 pr-4 text-slate-600">{roles}</td>
+                        <td class="py-3 pr-4 text-slate-600">{user.created_at.format("%Y-%m-%d").to_string()}</td>
+                        <td class="py-3 text-right">
+                            {(!user.roles.admin).then(|| view! {
+                                <ActionForm action=grant>
+                                    <input type="hidden" name="user_id" value=user.id />
+                                    <button type="submit" class="btn-secondary">"Make admin"</button>
+                                </ActionForm>
+                            })}
+                        </td>
                     </tr>
-                </thead>
-                <tbody class="divide-y divide-slate-100">
-                    {users.into_iter().map(|user| {
-                        let roles = [(true, "renter"), (user.roles.provider, "provider"), (user.roles.admin, "admin")]
-                            .into_iter()
-                            .filter_map(|(on, name)| on.then_some(name))
-                            .collect::<Vec<_>>()
-                            .join(", ");
-                        view! {
-                            <tr>
-                                <td class="py-3 pr-4 font-medium text-slate-900">{user.email.clone()}</td>
-                                <td class="py-3 pr-4 text-slate-600">{roles}</td>
-                                <td class="py-3 pr-4 text-slate-600">{user.created_at.format("%Y-%m-%d").to_string()}</td>
-                                <td class="py-3 text-right">
-                                    {(!user.roles.admin).then(|| view! {
-                                        <ActionForm action=grant>
-                                            <input type="hidden" name="user_id" value=user.id />
-                                            <button type="submit" class="btn-secondary">"Make admin"</button>
-                                        </ActionForm>
-                                    })}
-                                </td>
-                            </tr>
-                        }
-                    }).collect_view()}
-                </tbody>
-            </table>
-        </div>
+                }
+            }).collect_view()}
+        </DataTable>
     }
 }

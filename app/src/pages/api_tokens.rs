@@ -3,6 +3,7 @@
 use crate::{
     components::{
         form::{Field, FormAlert, SubmitButton, field_error, form_error},
+        kit::{Col, DataTable},
         session::RequireSignIn,
     },
     server_fns::api_tokens::{CreateApiToken, RevokeApiToken, list_api_tokens},
@@ -79,39 +80,26 @@ fn ApiTokens() -> impl IntoView {
 #[component]
 fn TokenTable(tokens: Vec<ApiToken>, revoke: ServerAction<RevokeApiToken>) -> impl IntoView {
     view! {
-        <div class="mt-4 overflow-x-auto">
-            <table class="min-w-full divide-y divide-slate-200 text-sm">
-                <thead>
-                    <tr class="text-left text-slate-500">
-                        <th scope="col" class="py-2 pr-4 font-medium">"Name"</th>
-                        <th scope="col" class="hidden py-2 pr-4 font-medium sm:table-cell">"Token"</th>
-                        <th scope="col" class="py-2 pr-4 font-medium">"Created"</th>
-                        <th scope="col" class="hidden py-2 pr-4 font-medium md:table-cell">"Last used"</th>
-                        <th scope="col" class="py-2"><span class="sr-only">"Actions"</span></th>
+        <DataTable columns=vec![Col::new("Name"), Col::new("Token").from("sm"), Col::new("Created"), Col::new("Last used").from("md"), Col::actions("Actions")] class="mt-4">
+            {tokens.into_iter().map(|token| {
+                let label = format!("Revoke token {}", token.name);
+                view! {
+                    <tr data-testid="token-row">
+                        <td class="py-3 pr-4 font-medium text-slate-900">{token.name.clone()}</td>
+                        <td class="hidden py-3 pr-4 font-mono text-slate-600 sm:table-cell">{format!("{}…", token.prefix)}</td>
+                        <td class="py-3 pr-4 text-slate-600">{token.created_at.format("%Y-%m-%d").to_string()}</td>
+                        <td class="hidden py-3 pr-4 text-slate-600 md:table-cell">
+                            {token.last_used_at.map_or_else(|| "never".to_owned(), |t| t.format("%Y-%m-%d %H:%M UTC").to_string())}
+                        </td>
+                        <td class="py-3 text-right">
+                            <ActionForm action=revoke>
+                                <input type="hidden" name="id" value=token.id />
+                                <button type="submit" class="btn-danger" aria-label=label>"Revoke"</button>
+                            </ActionForm>
+                        </td>
                     </tr>
-                </thead>
-                <tbody class="divide-y divide-slate-100">
-                    {tokens.into_iter().map(|token| {
-                        let label = format!("Revoke token {}", token.name);
-                        view! {
-                            <tr data-testid="token-row">
-                                <td class="py-3 pr-4 font-medium text-slate-900">{token.name.clone()}</td>
-                                <td class="hidden py-3 pr-4 font-mono text-slate-600 sm:table-cell">{format!("{}…", token.prefix)}</td>
-                                <td class="py-3 pr-4 text-slate-600">{token.created_at.format("%Y-%m-%d").to_string()}</td>
-                                <td class="hidden py-3 pr-4 text-slate-600 md:table-cell">
-                                    {token.last_used_at.map_or_else(|| "never".to_owned(), |t| t.format("%Y-%m-%d %H:%M UTC").to_string())}
-                                </td>
-                                <td class="py-3 text-right">
-                                    <ActionForm action=revoke>
-                                        <input type="hidden" name="id" value=token.id />
-                                        <button type="submit" class="btn-danger" aria-label=label>"Revoke"</button>
-                                    </ActionForm>
-                                </td>
-                            </tr>
-                        }
-                    }).collect_view()}
-                </tbody>
-            </table>
-        </div>
+                }
+            }).collect_view()}
+        </DataTable>
     }
 }

@@ -4,6 +4,7 @@
 use crate::{
     components::{
         form::{Field, FormAlert, SubmitButton, field_error, form_error},
+        kit::{Await, Col, DataTable},
         money::{LedgerHistory, Stat, dollars},
         session::{RequireSignIn, reload_to},
     },
@@ -58,24 +59,10 @@ fn EarningsView() -> impl IntoView {
                 <h1 class="text-2xl font-bold text-slate-900">"Earnings"</h1>
                 <p class="mt-1 text-slate-600">"What your hosts earned, after the platform fee, and your payouts through Stripe."</p>
             </div>
-            <Transition fallback=|| view! { <div class="h-28 animate-pulse rounded-2xl bg-slate-100"></div> }>
-                {move || Suspend::new(async move {
-                    match earnings.await {
-                        Ok(e) => view! { <Summary earnings=e onboarding payout /> }.into_any(),
-                        Err(err) => view! { <p role="alert" class="text-red-700">{err.to_string()}</p> }.into_any(),
-                    }
-                })}
-            </Transition>
+            <Await resource=earnings skeleton="h-28" ready=move |e| view! { <Summary earnings=e onboarding payout /> } />
             <section class="card" aria-labelledby="earnings-history">
                 <h2 id="earnings-history" class="text-lg font-semibold text-slate-900">"Earnings history"</h2>
-                <Transition fallback=|| view! { <p class="mt-4 text-slate-500">"Loading…"</p> }>
-                    {move || Suspend::new(async move {
-                        match entries.await {
-                            Ok(entries) => view! { <LedgerHistory entries chart_label="Unpaid earnings" empty="Nothing earned yet. List a host and renters will find it." /> }.into_any(),
-                            Err(err) => view! { <p role="alert" class="mt-4 text-red-700">{err.to_string()}</p> }.into_any(),
-                        }
-                    })}
-                </Transition>
+                <Await resource=entries class="mt-4" ready=move |entries| view! { <LedgerHistory entries chart_label="Unpaid earnings" empty="Nothing earned yet. List a host and renters will find it." /> } />
             </section>
             <section class="card" aria-labelledby="energy">
                 <h2 id="energy" class="text-lg font-semibold text-slate-900">"Energy delivered"</h2>
@@ -99,26 +86,15 @@ fn EnergyTable(rows: Vec<DeliveredEnergy>) -> impl IntoView {
     let total: i64 = rows.iter().map(|r| r.energy_mj).sum();
     view! {
         <p class="mt-3 text-sm text-slate-700" data-testid="energy-total">{format!("{:.2} kWh over the last {} rentals", watt_hours(total) / 1000.0, rows.len())}</p>
-        <div class="mt-3 overflow-x-auto">
-            <table class="min-w-full divide-y divide-slate-200 text-sm">
-                <thead>
-                    <tr class="text-left text-slate-500">
-                        <th scope="col" class="py-2 pr-4 font-medium">"Rental"</th>
-                        <th scope="col" class="py-2 pr-4 font-medium">"Host"</th>
-                        <th scope="col" class="py-2 text-right font-medium">"Energy"</th>
-                    </tr>
-                </thead>
-                <tbody class="divide-y divide-slate-100">
-                    {rows.into_iter().map(|r| view! {
-                        <tr>
-                            <td class="py-2 pr-4 tabular-nums">{format!("#{}", r.rental_id)}</td>
-                            <td class="py-2 pr-4">{r.hostname}</td>
-                            <td class="py-2 text-right tabular-nums">{format!("{:.1} Wh", watt_hours(r.energy_mj))}</td>
-                        </tr>
-                    }).collect_view()}
-                </tbody>
-            </table>
-        </div>
+        <DataTable columns=vec![Col::new("Rental"), Col::new("Host"), Col::new("Energy").right()] class="mt-3">
+            {rows.into_iter().map(|r| view! {
+                <tr>
+                    <td class="py-2 pr-4 tabular-nums">{format!("#{}", r.rental_id)}</td>
+                    <td class="py-2 pr-4">{r.hostname}</td>
+                    <td class="py-2 text-right tabular-nums">{format!("{:.1} Wh", watt_hours(r.energy_mj))}</td>
+                </tr>
+            }).collect_view()}
+        </DataTable>
     }
 }
 
@@ -189,38 +165,26 @@ fn Summary(
                 view! { <p class="mt-4 text-slate-500">"No payouts yet."</p> }.into_any()
             } else {
                 view! {
-                    <div class="mt-4 overflow-x-auto">
-                        <table class="min-w-full divide-y divide-slate-200 text-sm">
-                            <thead>
-                                <tr class="text-left text-slate-500">
-                                    <th scope="col" class="py-2 pr-4 font-medium">"Date"</th>
-                                    <th scope="col" class="py-2 pr-4 text-right font-medium">"Amount"</th>
-                                    <th scope="col" class="py-2 pr-4 font-medium">"Status"</th>
-                                    <th scope="col" class="hidden py-2 pr-4 font-medium md:table-cell">"Stripe transfer"</th>
+                    <DataTable columns=vec![Col::new("Date"), Col::new("Amount").right(), Col::new("Status"), Col::new("Stripe transfer").from("md")] class="mt-4">
+                        {earnings.payouts.iter().map(|p| {
+                            let badge = match p.status {
+                                PayoutStatus::Paid => "bg-emerald-50 text-emerald-700 ring-emerald-200",
+                                PayoutStatus::Pending => "bg-amber-50 text-amber-800 ring-amber-200",
+                                PayoutStatus::Failed => "bg-red-50 text-red-700 ring-red-200",
+                            };
+                            view! {
+                                <tr data-testid="payout-row">
+                                    <td class="whitespace-nowrap py-3 pr-4 text-slate-600">{p.created_at.format("%Y-%m-%d %H:%M").to_string()}</td>
+                                    <td class="py-3 pr-4 text-right font-medium tabular-nums">{dollars(p.amount_micros)}</td>
+                                    <td class="py-3 pr-4">
+                                        <span class=format!("badge {badge}")>{p.status.as_str()}</span>
+                                        {p.failure_message.clone().filter(|_| p.status == PayoutStatus::Failed).map(|m| view! { <p class="mt-1 text-xs text-red-700">{m}</p> })}
+                                    </td>
+                                    <td class="hidden py-3 pr-4 font-mono text-xs text-slate-600 md:table-cell">{p.stripe_transfer_id.clone().unwrap_or_else(|| "—".into())}</td>
                                 </tr>
-                            </thead>
-                            <tbody class="divide-y divide-slate-100">
-                                {earnings.payouts.iter().map(|p| {
-                                    let badge = match p.status {
-                                        PayoutStatus::Paid => "bg-emerald-50 text-emerald-700 ring-emerald-200",
-                                        PayoutStatus::Pending => "bg-amber-50 text-amber-800 ring-amber-200",
-                                        PayoutStatus::Failed => "bg-red-50 text-red-700 ring-red-200",
-                                    };
-                                    view! {
-                                        <tr data-testid="payout-row">
-                                            <td class="whitespace-nowrap py-3 pr-4 text-slate-600">{p.created_at.format("%Y-%m-%d %H:%M").to_string()}</td>
-                                            <td class="py-3 pr-4 text-right font-medium tabular-nums">{dollars(p.amount_micros)}</td>
-                                            <td class="py-3 pr-4">
-                                                <span class=format!("badge {badge}")>{p.status.as_str()}</span>
-                                                {p.failure_message.clone().filter(|_| p.status == PayoutStatus::Failed).map(|m| view! { <p class="mt-1 text-xs text-red-700">{m}</p> })}
-                                            </td>
-                                            <td class="hidden py-3 pr-4 font-mono text-xs text-slate-600 md:table-cell">{p.stripe_transfer_id.clone().unwrap_or_else(|| "—".into())}</td>
-                                        </tr>
-                                    }
-                                }).collect_view()}
-                            </tbody>
-                        </table>
-                    </div>
+                            }
+                        }).collect_view()}
+                    </DataTable>
                 }.into_any()
             }}
         </section>

@@ -4,6 +4,7 @@
 
 use crate::{
     components::{
+        kit::Await,
         money::dollars,
         session::RequireSignIn,
         telemetry::{LiveBadge, fleet_utilisation, heat_class, latest_readings, line_path, use_live_samples},
@@ -52,14 +53,7 @@ fn Fleet() -> impl IntoView {
                 <h1 class="text-2xl font-bold text-slate-900">"Fleet"</h1>
                 <p class="mt-1 text-slate-600">"Every host and GPU, live."</p>
             </div>
-            <Transition fallback=|| view! { <div class="h-24 animate-pulse rounded-2xl bg-slate-100"></div> }>
-                {move || Suspend::new(async move {
-                    match overview.await {
-                        Ok(o) => view! { <Totals overview=o /> }.into_any(),
-                        Err(err) => view! { <p role="alert" class="text-red-700">{err.to_string()}</p> }.into_any(),
-                    }
-                })}
-            </Transition>
+            <Await resource=overview skeleton="h-24" ready=move |o| view! { <Totals overview=o /> } />
             {move || match telemetry.get() {
                 None => view! { <div class="h-64 animate-pulse rounded-2xl bg-slate-100" aria-label="Loading live telemetry"></div> }.into_any(),
                 Some(Ok(view)) => view! { <LiveFleet view overview /> }.into_any(),

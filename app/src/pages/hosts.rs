@@ -4,6 +4,7 @@
 use crate::{
     components::{
         form::{Field, FormAlert, SubmitButton, field_error, form_error},
+        kit::{Await, Col, DataTable},
         session::RequireSignIn,
     },
     server_fns::hosts::{CreateEnrollmentToken, RevokeHost, SetHostListed, UpdateHostPricing, get_host, list_hosts},
@@ -125,32 +126,18 @@ fn Hosts() -> impl IntoView {
 #[component]
 fn HostTable(hosts: Vec<HostSummary>) -> impl IntoView {
     view! {
-        <div class="mt-4 overflow-x-auto">
-            <table class="min-w-full divide-y divide-slate-200 text-sm">
-                <thead>
-                    <tr class="text-left text-slate-500">
-                        <th scope="col" class="py-2 pr-4 font-medium">"Host"</th>
-                        <th scope="col" class="py-2 pr-4 font-medium">"Status"</th>
-                        <th scope="col" class="py-2 pr-4 font-medium">"GPUs"</th>
-                        <th scope="col" class="hidden py-2 pr-4 font-medium md:table-cell">"Location"</th>
-                        <th scope="col" class="hidden py-2 pr-4 font-medium lg:table-cell">"Last heartbeat"</th>
-                        <th scope="col" class="hidden py-2 pr-4 font-medium lg:table-cell">"Agent"</th>
-                    </tr>
-                </thead>
-                <tbody class="divide-y divide-slate-100">
-                    {hosts.into_iter().map(|host| view! {
-                        <tr data-testid="host-row">
-                            <td class="py-3 pr-4 font-medium"><a class="text-indigo-700 hover:underline" href=format!("/provider/hosts/{}", host.id)>{host.hostname.clone()}</a></td>
-                            <td class="py-3 pr-4"><StatusBadge status=host.status /></td>
-                            <td class="py-3 pr-4 text-slate-700">{if host.gpu_count == 0 { "none reported yet".to_owned() } else { host.gpu_summary.clone() }}</td>
-                            <td class="hidden py-3 pr-4 text-slate-600 md:table-cell">{host.location.clone().unwrap_or_else(|| "—".into())}</td>
-                            <td class="hidden py-3 pr-4 text-slate-600 lg:table-cell">{time_or_never(host.last_heartbeat_at)}</td>
-                            <td class="hidden py-3 pr-4 text-slate-600 lg:table-cell">{host.agent_version.clone().unwrap_or_else(|| "—".into())}</td>
-                        </tr>
-                    }).collect_view()}
-                </tbody>
-            </table>
-        </div>
+        <DataTable columns=vec![Col::new("Host"), Col::new("Status"), Col::new("GPUs"), Col::new("Location").from("md"), Col::new("Last heartbeat").from("lg"), Col::new("Agent").from("lg")] class="mt-4">
+            {hosts.into_iter().map(|host| view! {
+                <tr data-testid="host-row">
+                    <td class="py-3 pr-4 font-medium"><a class="text-indigo-700 hover:underline" href=format!("/provider/hosts/{}", host.id)>{host.hostname.clone()}</a></td>
+                    <td class="py-3 pr-4"><StatusBadge status=host.status /></td>
+                    <td class="py-3 pr-4 text-slate-700">{if host.gpu_count == 0 { "none reported yet".to_owned() } else { host.gpu_summary.clone() }}</td>
+                    <td class="hidden py-3 pr-4 text-slate-600 md:table-cell">{host.location.clone().unwrap_or_else(|| "—".into())}</td>
+                    <td class="hidden py-3 pr-4 text-slate-600 lg:table-cell">{time_or_never(host.last_heartbeat_at)}</td>
+                    <td class="hidden py-3 pr-4 text-slate-600 lg:table-cell">{host.agent_version.clone().unwrap_or_else(|| "—".into())}</td>
+                </tr>
+            }).collect_view()}
+        </DataTable>
     }
 }
 
@@ -175,14 +162,7 @@ fn Host() -> impl IntoView {
         |(id, ..)| get_host(id),
     );
     view! {
-        <Transition fallback=|| view! { <p class="text-slate-500">"Loading host…"</p> }>
-            {move || Suspend::new(async move {
-                match detail.await {
-                    Ok(detail) => view! { <HostDetailView detail revoke pricing listing /> }.into_any(),
-                    Err(err) => view! { <p role="alert" class="text-red-700">{err.to_string()}</p> }.into_any(),
-                }
-            })}
-        </Transition>
+        <Await resource=detail loading="Loading host…" ready=move |detail| view! { <HostDetailView detail revoke pricing listing /> } />
         <div class="mt-6">
             <crate::components::telemetry::TelemetrySection scope=Signal::derive(move || cardpool_domain::telemetry::TelemetryScope::Host(id())) />
         </div>

@@ -3,7 +3,13 @@
 //! The filter form is a plain GET form, so every search is a shareable URL and works before
 //! (or without) hydration; the results are rendered from the query string.
 
-use crate::{components::money::dollars, server_fns::offers::list_offers};
+use crate::{
+    components::{
+        kit::{Badge, Tone},
+        money::dollars,
+    },
+    server_fns::offers::list_offers,
+};
 use cardpool_domain::offers::{Offer, OfferPage, OfferQuery, OfferSort, RentalKind, percent_encode};
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -181,9 +187,9 @@ fn OfferCard(offer: Offer, kind: RentalKind) -> impl IntoView {
                 {price(RentalKind::Spot, offer.spot_price_micros, "Spot now")}
             </dl>
             <p class="mt-4 flex flex-wrap gap-2 text-xs">
-                <span class="badge bg-indigo-50 text-indigo-700 ring-indigo-200">{if offer.interconnect == "nvlink" { "NVLink" } else { "PCIe" }}</span>
-                <span class="badge bg-slate-50 text-slate-700 ring-slate-200">{format!("CUDA {} · driver {}", offer.cuda_version, offer.driver_version)}</span>
-                <span class="badge bg-slate-50 text-slate-700 ring-slate-200">{format!("{:.1}% uptime (7 d)", f64::from(offer.uptime_permille) / 10.0)}</span>
+                <Badge tone=Tone::Info>{if offer.interconnect == "nvlink" { "NVLink" } else { "PCIe" }}</Badge>
+                <Badge tone=Tone::Neutral>{format!("CUDA {} · driver {}", offer.cuda_version, offer.driver_version)}</Badge>
+                <Badge tone=Tone::Neutral>{format!("{:.1}% uptime (7 d)", f64::from(offer.uptime_permille) / 10.0)}</Badge>
             </p>
             {(!per_gpu.is_empty()).then(|| view! { <p class="mt-2 text-xs text-slate-500">{format!("Per GPU: {per_gpu}")}</p> })}
             <a

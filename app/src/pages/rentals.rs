@@ -7,6 +7,7 @@
 use crate::{
     components::{
         form::{FormAlert, SubmitButton, field_error, form_error},
+        kit::{Await, Badge, Tone},
         money::{StepChart, dollars},
         session::{RequireSignIn, reload_to},
         telemetry::TelemetrySection,
@@ -172,7 +173,7 @@ fn OfferSummary(host_id: i64, model: String) -> impl IntoView {
                             <section class="card space-y-4" aria-label="Offer">
                                 <div class="flex flex-wrap items-start justify-between gap-3">
                                     <p class="text-sm text-slate-600">{offer.location.clone().unwrap_or_default()}</p>
-                                    <span class="badge bg-emerald-50 text-emerald-700 ring-emerald-200">{format!("{} free", offer.gpus_free)}</span>
+                                    <Badge tone=Tone::Good>{format!("{} free", offer.gpus_free)}</Badge>
                                 </div>
                                 <dl class="grid grid-cols-3 gap-2 text-sm">
                                     <div><dt class="text-xs text-slate-500">"On-demand"</dt><dd class="tabular-nums font-semibold">{format!("{}/h", dollars(offer.on_demand_micros))}</dd></div>
@@ -300,14 +301,7 @@ fn RentalView() -> impl IntoView {
         seen_holding.set_value(Some(holding));
     });
     view! {
-        <Transition fallback=|| view! { <div class="h-40 animate-pulse rounded-2xl bg-slate-100"></div> }>
-            {move || Suspend::new(async move {
-                match detail.await {
-                    Ok(d) => view! { <RentalDetailView detail=d tick /> }.into_any(),
-                    Err(err) => view! { <p role="alert" class="text-red-700">{err.to_string()}</p> }.into_any(),
-                }
-            })}
-        </Transition>
+        <Await resource=detail skeleton="h-40" ready=move |d| view! { <RentalDetailView detail=d tick /> } />
         <div class="mt-6">
             <TelemetrySection scope=Signal::derive(move || TelemetryScope::Rental(id())) reload=generation />
         </div>

@@ -7,6 +7,7 @@
 use crate::{
     components::{
         form::{Field, FormAlert, SubmitButton, field_error, form_error},
+        kit::Await,
         money::{LedgerHistory, Stat, dollars},
         session::{RequireSignIn, reload_to},
     },
@@ -54,19 +55,12 @@ fn Wallet() -> impl IntoView {
                 <a class="btn-secondary" href="/api/v1/wallet/transactions.csv" download="cardpool-transactions.csv">"Export CSV"</a>
             </div>
             {move || returning().map(|id| view! { <TopUpProgress id cancelled=cancelled() settled /> })}
-            <Transition fallback=|| view! { <div class="h-28 animate-pulse rounded-2xl bg-slate-100"></div> }>
-                {move || Suspend::new(async move {
-                    match wallet.await {
-                        Ok(w) => view! {
-                            <div class="grid gap-4 sm:grid-cols-2">
-                                <Stat label="Balance" micros=w.balance_micros testid="wallet-balance" hint="Available for new rentals" />
-                                <Stat label="Held for reservations" micros=w.held_micros hint="Released or charged when a reservation ends" />
-                            </div>
-                        }.into_any(),
-                        Err(err) => view! { <p role="alert" class="text-red-700">{err.to_string()}</p> }.into_any(),
-                    }
-                })}
-            </Transition>
+            <Await resource=wallet skeleton="h-28" ready=move |w| view! {
+                <div class="grid gap-4 sm:grid-cols-2">
+                    <Stat label="Balance" micros=w.balance_micros testid="wallet-balance" hint="Available for new rentals" />
+                    <Stat label="Held for reservations" micros=w.held_micros hint="Released or charged when a reservation ends" />
+                </div>
+            } />
             <section class="card" aria-labelledby="top-up">
                 <h2 id="top-up" class="text-lg font-semibold text-slate-900">"Add funds"</h2>
                 <p class="mt-1 text-sm text-slate-600">"You pay on Stripe's secure checkout page; the balance updates as soon as Stripe confirms the payment."</p>
@@ -88,14 +82,7 @@ fn Wallet() -> impl IntoView {
             </section>
             <section class="card" aria-labelledby="history">
                 <h2 id="history" class="text-lg font-semibold text-slate-900">"History"</h2>
-                <Transition fallback=|| view! { <p class="mt-4 text-slate-500">"Loading history…"</p> }>
-                    {move || Suspend::new(async move {
-                        match history.await {
-                            Ok(entries) => view! { <LedgerHistory entries chart_label="Wallet balance" empty="No transactions yet." receipts=true /> }.into_any(),
-                            Err(err) => view! { <p role="alert" class="mt-4 text-red-700">{err.to_string()}</p> }.into_any(),
-                        }
-                    })}
-                </Transition>
+                <Await resource=history loading="Loading history…" class="mt-4" ready=move |entries| view! { <LedgerHistory entries chart_label="Wallet balance" empty="No transactions yet." receipts=true /> } />
             </section>
         </div>
     }
@@ -174,32 +161,25 @@ fn ReceiptView() -> impl IntoView {
     let id = move || params.with(|p| p.get("id").and_then(|id| id.parse::<i64>().ok()).unwrap_or(0));
     let receipt = Resource::new(id, get_receipt);
     view! {
-        <Transition fallback=|| view! { <p class="text-slate-500">"Loading receipt…"</p> }>
-            {move || Suspend::new(async move {
-                match receipt.await {
-                    Ok(r) => view! {
-                        <article class="card mx-auto max-w-xl" aria-labelledby="receipt-title">
-                            <div class="flex items-start justify-between">
-                                <div>
-                                    <h1 id="receipt-title" class="text-xl font-bold text-slate-900">"Receipt"</h1>
-                                    <p class="text-sm text-slate-500" data-testid="receipt-number">{r.number.clone()}</p>
-                                </div>
-                                <p class="text-right text-sm text-slate-500">"Cardpool"<br />{r.created_at.format("%Y-%m-%d %H:%M UTC").to_string()}</p>
-                            </div>
-                            <dl class="mt-6 divide-y divide-slate-100 text-sm">
-                                <div class="flex justify-between py-2"><dt class="text-slate-500">"Account"</dt><dd>{r.account_email.clone()}</dd></div>
-                                <div class="flex justify-between py-2"><dt class="text-slate-500">"Description"</dt><dd>{r.description.clone()}</dd></div>
-                                <div class="flex justify-between py-2"><dt class="text-slate-500">"Type"</dt><dd>{r.kind.replace('_', " ")}</dd></div>
-                                {r.stripe_session_id.clone().map(|s| view! { <div class="flex justify-between gap-4 py-2"><dt class="text-slate-500">"Stripe payment"</dt><dd class="break-all font-mono text-xs">{s}</dd></div> })}
-                                <div class="flex justify-between py-3 text-base font-semibold"><dt>"Amount"</dt><dd class="tabular-nums" data-testid="receipt-amount">{format!("{} {}", dollars(r.amount_micros), r.currency.to_uppercase())}</dd></div>
-                            </dl>
-                            <p class="mt-6 text-xs text-slate-500">"Keep this receipt for your records. Questions? Reply to any Cardpool email."</p>
-                            <a href="/wallet" class="btn-secondary mt-6">"Back to wallet"</a>
-                        </article>
-                    }.into_any(),
-                    Err(err) => view! { <p role="alert" class="text-red-700">{err.to_string()}</p> }.into_any(),
-                }
-            })}
-        </Transition>
+        <Await resource=receipt loading="Loading receipt…" ready=move |r| view! {
+            <article class="card mx-auto max-w-xl" aria-labelledby="receipt-title">
+                <div class="flex items-start justify-between">
+                    <div>
+                        <h1 id="receipt-title" class="text-xl font-bold text-slate-900">"Receipt"</h1>
+                        <p class="text-sm text-slate-500" data-testid="receipt-number">{r.number.clone()}</p>
+                    </div>
+                    <p class="text-right text-sm text-slate-500">"Cardpool"<br />{r.created_at.format("%Y-%m-%d %H:%M UTC").to_string()}</p>
+                </div>
+                <dl class="mt-6 divide-y divide-slate-100 text-sm">
+                    <div class="flex justify-between py-2"><dt class="text-slate-500">"Account"</dt><dd>{r.account_email.clone()}</dd></div>
+                    <div class="flex justify-between py-2"><dt class="text-slate-500">"Description"</dt><dd>{r.description.clone()}</dd></div>
+                    <div class="flex justify-between py-2"><dt class="text-slate-500">"Type"</dt><dd>{r.kind.replace('_', " ")}</dd></div>
+                    {r.stripe_session_id.clone().map(|s| view! { <div class="flex justify-between gap-4 py-2"><dt class="text-slate-500">"Stripe payment"</dt><dd class="break-all font-mono text-xs">{s}</dd></div> })}
+                    <div class="flex justify-between py-3 text-base font-semibold"><dt>"Amount"</dt><dd class="tabular-nums" data-testid="receipt-amount">{format!("{} {}", dollars(r.amount_micros), r.currency.to_uppercase())}</dd></div>
+                </dl>
+                <p class="mt-6 text-xs text-slate-500">"Keep this receipt for your records. Questions? Reply to any Cardpool email."</p>
+                <a href="/wallet" class="btn-secondary mt-6">"Back to wallet"</a>
+            </article>
+        } />
     }
 }

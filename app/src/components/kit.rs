@@ -1,0 +1,158 @@
+//! The UI kit: the few shapes every page repeats, written once so pages say only what is theirs.
+//!
+//! - [`Await`]: a resource's value once loaded, a placeholder meanwhile, an [`ErrorAlert`] if
+//!   it failed.
+//! - [`DataTable`] with [`Col`]: a responsive table (columns can hide below a breakpoint).
+//! - [`Badge`] with a [`Tone`]: the little status pills.
+//! - [`ErrorAlert`]: an error, announced to screen readers.
+
+use cardpool_domain::AppError;
+use leptos::prelude::*;
+use serde::{Serialize, de::DeserializeOwned};
+
+/// What a status means to the eye.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tone {
+    Good,
+    Warn,
+    Bad,
+    Info,
+    Neutral,
+}
+
+impl Tone {
+    /// The badge classes of this tone.
+    pub fn class(self) -> &'static str {
+        match self {
+            Tone::Good => "badge bg-emerald-50 text-emerald-700 ring-emerald-200",
+            Tone::Warn => "badge bg-amber-50 text-amber-800 ring-amber-200",
+            Tone::Bad => "badge bg-red-50 text-red-700 ring-red-200",
+            Tone::Info => "badge bg-indigo-50 text-indigo-700 ring-indigo-200",
+            Tone::Neutral => "badge bg-slate-50 text-slate-700 ring-slate-200",
+        }
+    }
+}
+
+/// A status pill.
+#[component]
+pub fn Badge(
+    tone: Tone,
+    /// `data-testid`, for the browser tests.
+    #[prop(optional)]
+    testid: Option<&'static str>,
+    children: Children,
+) -> impl IntoView {
+    view! { <span class=tone.class() data-testid=testid>{children()}</span> }
+}
+
+/// An error message, announced (`role="alert"`). `class` adds spacing.
+#[component]
+pub fn ErrorAlert(#[prop(into)] message: String, #[prop(optional)] class: &'static str) -> impl IntoView {
+    view! { <p role="alert" class=format!("text-red-700 {class}")>{message}</p> }
+}
+
+/// Shows what `resource` loads: `ready(value)` once it is there, an [`ErrorAlert`] if it
+/// failed, and meanwhile `loading` (a line of text, "Loading…" by default) or, with
+/// `skeleton` (its size classes, e.g. `"h-28"`), a pulsing block. `class` spaces the loading
+/// line and the alert.
+#[component]
+pub fn Await<T, V, F>(
+    resource: Resource<Result<T, AppError>>,
+    ready: F,
+    #[prop(optional)] loading: Option<&'static str>,
+    #[prop(optional)] skeleton: Option<&'static str>,
+    #[prop(optional)] class: &'static str,
+) -> impl IntoView
+where
+    T: Clone + Send + Sync + Serialize + DeserializeOwned + 'static,
+    F: Fn(T) -> V + Clone + Send + Sync + 'static,
+    V: IntoView + 'static,
+{
+    let fallback = move || match skeleton {
+        Some(size) => {
+            view! { <div class=format!("{size} animate-pulse rounded-2xl bg-slate-100 {class}")></div> }.into_any()
+        }
+        None => view! { <p class=format!("text-slate-500 {class}")>{loading.unwrap_or("Loading…")}</p> }.into_any(),
+    };
+    view! {
+        <Transition fallback>
+            {move || {
+                let ready = ready.clone();
+                Suspend::new(async move {
+                    match resource.await {
+                        Ok(value) => ready(value).into_any(),
+                        Err(err) => view! { <ErrorAlert message=err.to_string() class /> }.into_any(),
+                    }
+                })
+            }}
+        </Transition>
+    }
+}
+
+/// A column of a [`DataTable`].
+#[derive(Debug, Clone, Copy)]
+pub struct Col {
+    label: &'static str,
+    right: bool,
+    /// Shown only from this breakpoint up (`"sm"`, `"md"`).
+    from: Option<&'static str>,
+    /// The heading is for screen readers only (an actions column).
+    hidden_label: bool,
+}
+
+impl Col {
+    pub const fn new(label: &'static str) -> Self {
+        Col { label, right: false, from: None, hidden_label: false }
+    }
+
+    /// A column of numbers, right-aligned.
+    pub const fn right(self) -> Self {
+        Col { right: true, ..self }
+    }
+
+    /// Hidden on small screens, shown from `breakpoint` (`"sm"`, `"md"`) up.
+    pub const fn from(self, breakpoint: &'static str) -> Self {
+        Col { from: Some(breakpoint), ..self }
+    }
+
+    /// A column of buttons whose heading only screen readers read.
+    pub const fn actions(label: &'static str) -> Self {
+        Col { label, right: false, from: None, hidden_label: true }
+    }
+
+    fn class(&self) -> String {
+        let mut class = String::from("py-2 pr-4 font-medium");
+        if self.right {
+            class.push_str(" text-right");
+        }
+        if let Some(bp) = self.from {
+            class = format!("hidden {class} {bp}:table-cell");
+        }
+        class
+    }
+}
+
+/// A table that scrolls sideways on small screens: headings from `columns`, rows as children
+/// (their cells use the same breakpoints as their columns).
+#[component]
+pub fn DataTable(columns: Vec<Col>, #[prop(optional)] class: &'static str, children: Children) -> impl IntoView {
+    view! {
+        <div class=format!("overflow-x-auto {class}")>
+            <table class="min-w-full divide-y divide-slate-200 text-sm">
+                <thead>
+                    <tr class="text-left text-slate-500">
+                        {columns.into_iter().map(|col| {
+                            let label = if col.hidden_label {
+                                view! { <span class="sr-only">{col.label}</span> }.into_any()
+                            } else {
+                                col.label.into_any()
+                            };
+                            view! { <th scope="col" class=col.class()>{label}</th> }
+                        }).collect_view()}
+                    </tr>
+                </thead>
+                <tbody class="divide-y divide-slate-100">{children()}</tbody>
+            </table>
+        </div>
+    }
+}
