@@ -3,7 +3,7 @@ import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { failOnCspViolations, hydrated, snap } from "./support";
+import { failOnCspViolations, hydrated, signUp, snap } from "./support";
 
 // The agent binary built by scripts/test.sh; enrolled and run from here like a provider would.
 const agentBin = process.env.CARDPOOL_AGENT_BIN ?? "../target/debug/cardpool-agent";
@@ -12,12 +12,7 @@ failOnCspViolations();
 
 test("a provider enrolls a simulated host with one agent command and sees it online", async ({ page, baseURL }, info) => {
   const email = `host-${info.project.name}-${Date.now()}@example.com`;
-  await page.goto("/sign-up");
-  await hydrated(page);
-  await page.getByLabel("Email").fill(email);
-  await page.getByLabel("Password").fill("correct horse battery");
-  await page.getByRole("button", { name: "Create account" }).click();
-  await expect(page).toHaveURL(/\/account$/);
+  await signUp(page, email);
 
   await hydrated(page);
   await page.getByRole("button", { name: "Become a provider" }).click();

@@ -1,28 +1,14 @@
-import { expect, test, type Page } from "@playwright/test";
-import { failOnCspViolations, hydrated, snap } from "./support";
+import { expect, test } from "@playwright/test";
+import { failOnCspViolations, hydrated, signIn, signUp, snap } from "./support";
 
 // Money in the browser against the demo server and its local test-mode Stripe: a renter tops
 // up through the test checkout page; a demo provider onboards to Connect and is paid out; an
 // admin credits a wallet with a reason.
 failOnCspViolations();
 
-async function signIn(page: Page, email: string, password: string) {
-  await page.goto("/sign-in");
-  await hydrated(page);
-  await page.getByLabel("Email").fill(email);
-  await page.getByLabel("Password").fill(password);
-  await page.getByRole("button", { name: "Sign in" }).click();
-  await expect(page).toHaveURL(/\/account$/);
-}
-
 test("a renter tops up through the test checkout and sees the exact balance", async ({ page }, info) => {
   const email = `wallet-${info.project.name}-${Date.now()}@example.com`;
-  await page.goto("/sign-up");
-  await hydrated(page);
-  await page.getByLabel("Email").fill(email);
-  await page.getByLabel("Password").fill("correct horse battery");
-  await page.getByRole("button", { name: "Create account" }).click();
-  await expect(page).toHaveURL(/\/account$/);
+  await signUp(page, email);
 
   await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Wallet" }).click();
   await expect(page.getByRole("heading", { name: "Wallet", exact: true })).toBeVisible();
@@ -65,7 +51,7 @@ test("a renter tops up through the test checkout and sees the exact balance", as
 test("a provider sets up Stripe payouts and pays out available earnings", async ({ page }, info) => {
   // Each project uses its own demo provider, both seeded with earnings from past rentals.
   const provider = info.project.name === "desktop" ? "provider@demo.cardpool.dev" : "provider2@demo.cardpool.dev";
-  await signIn(page, provider, "cardpool-demo");
+  await signIn(page, provider);
   await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Earnings" }).click();
   await expect(page.getByRole("heading", { name: "Earnings", exact: true })).toBeVisible();
   const available = (await page.getByTestId("earnings-available").textContent())!.trim();
@@ -98,7 +84,7 @@ test("a provider sets up Stripe payouts and pays out available earnings", async 
 
 test("an admin credits a wallet with a reason and sees it in the audit trail", async ({ page }, info) => {
   const reason = `E2E goodwill ${info.project.name} ${Date.now()}`;
-  await signIn(page, "admin@demo.cardpool.dev", "cardpool-demo");
+  await signIn(page, "admin@demo.cardpool.dev");
   await page.goto("/admin/credits");
   await expect(page.getByRole("heading", { name: "Credits & refunds" })).toBeVisible();
   await hydrated(page);

@@ -1,5 +1,5 @@
 import { expect, test, type Page } from "@playwright/test";
-import { failOnCspViolations, hydrated, snap } from "./support";
+import { failOnCspViolations, hydrated, signIn, snap } from "./support";
 
 // Renting in the browser against the demo server, whose simulated hosts' agents attach GPUs
 // for real (the workload process runs, gets signals and notices; the GPUs are simulated):
@@ -7,15 +7,6 @@ import { failOnCspViolations, hydrated, snap } from "./support";
 // charge is what left the wallet; a spot rental is preempted by an on-demand booking, gets its
 // notice and ends as preempted. Every rental is ended again, so the market is as it was.
 failOnCspViolations();
-
-async function signIn(page: Page, email: string) {
-  await page.goto("/sign-in");
-  await hydrated(page);
-  await page.getByLabel("Email").fill(email);
-  await page.getByLabel("Password").fill("cardpool-demo");
-  await page.getByRole("button", { name: "Sign in" }).click();
-  await expect(page).toHaveURL(/\/account$/);
-}
 
 /** "$1.234567" → 1234567 micro-dollars, exactly. */
 function micros(text: string): bigint {

@@ -1,7 +1,8 @@
 import { expect, test, type Page } from "@playwright/test";
 
-// Shared by every spec: screenshots per backend and project, waiting for hydration, and the
-// rule that our pages raise no Content-Security-Policy violation or page error.
+// Shared by every spec: screenshots per backend and project, waiting for hydration, signing
+// up and in, and the rule that our pages raise no Content-Security-Policy violation or page
+// error.
 export const backend = process.env.CARDPOOL_E2E_BACKEND ?? "sqlite";
 
 export async function snap(page: Page, name: string) {
@@ -26,4 +27,27 @@ export function failOnCspViolations() {
   test.afterEach(async ({ page }) => {
     expect((page as any).__violations).toEqual([]);
   });
+}
+
+/** The demo accounts' password (see README). */
+export const DEMO_PASSWORD = "cardpool-demo";
+
+/** Signs in through the form and waits for the account page. */
+export async function signIn(page: Page, email: string, password = DEMO_PASSWORD) {
+  await page.goto("/sign-in");
+  await hydrated(page);
+  await page.getByLabel("Email").fill(email);
+  await page.getByLabel("Password").fill(password);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await expect(page).toHaveURL(/\/account$/);
+}
+
+/** Creates an account through the form and waits for the account page. */
+export async function signUp(page: Page, email: string, password = "correct horse battery") {
+  await page.goto("/sign-up");
+  await hydrated(page);
+  await page.getByLabel("Email").fill(email);
+  await page.getByLabel("Password").fill(password);
+  await page.getByRole("button", { name: "Create account" }).click();
+  await expect(page).toHaveURL(/\/account$/);
 }

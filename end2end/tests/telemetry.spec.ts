@@ -1,19 +1,10 @@
-import { expect, test, type Locator, type Page } from "@playwright/test";
-import { failOnCspViolations, hydrated, snap } from "./support";
+import { expect, test, type Locator } from "@playwright/test";
+import { failOnCspViolations, hydrated, signIn, snap } from "./support";
 
 // Live telemetry against the demo server's simulated agents (one sample a second): a chart on
 // a rental's page and the admin's fleet chart and heat map change while the page stays open,
 // with no reload. The rental is ended again, so the market is as it was.
 failOnCspViolations();
-
-async function signIn(page: Page, email: string) {
-  await page.goto("/sign-in");
-  await hydrated(page);
-  await page.getByLabel("Email").fill(email);
-  await page.getByLabel("Password").fill("cardpool-demo");
-  await page.getByRole("button", { name: "Sign in" }).click();
-  await expect(page).toHaveURL(/\/account$/);
-}
 
 /** The number of points a live chart draws. */
 async function points(chart: Locator): Promise<number> {

@@ -7,14 +7,14 @@
 
 use axum::{
     Json,
-    extract::{FromRequest, FromRequestParts, rejection::JsonRejection},
+    extract::{FromRequest, FromRequestParts, Path, rejection::JsonRejection},
     http::{HeaderValue, StatusCode, header, request::Parts},
     response::{IntoResponse, Response},
 };
 use cardpool_app::ssr::AppState;
 use cardpool_domain::{AppError, error::ErrorBody};
 use cardpool_service::{
-    api_tokens as tokens,
+    Services, api_tokens as tokens,
     auth::{self, ClientIp, Principal},
 };
 use tower_sessions::Session;
@@ -62,8 +62,9 @@ pub type ApiResult<T> = Result<T, ApiError>;
 #[from_request(via(Json), rejection(ApiError))]
 pub struct ApiJson<T>(pub T);
 
-/// The authenticated caller: a bearer token if one is sent, else the browser session.
-pub struct Caller(pub Principal);
+/// The services and the authenticated caller: a bearer token if one is sent, else the browser
+/// session.
+pub struct Caller(pub Services, pub Principal);
 
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
@@ -72,10 +73,10 @@ impl FromRequestParts<AppState> for Caller {
         if let Some(value) = parts.headers.get(header::AUTHORIZATION) {
             let secret =
                 value.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")).ok_or(ApiError(AppError::Unauthorized))?;
-            return Ok(Caller(tokens::authenticate(&state.services, secret.trim()).await?));
+            return Ok(Caller(state.services.clone(), tokens::authenticate(&state.services, secret.trim()).await?));
         }
         let session = session(parts).await?;
-        Ok(Caller(auth::require_session(&state.services, &session).await?))
+        Ok(Caller(state.services.clone(), auth::require_session(&state.services, &session).await?))
     }
 }
 
@@ -97,4 +98,23 @@ impl<S: Send + Sync> FromRequestParts<S> for RequestSession {
 /// The client address decided by the `client_ip` middleware.
 pub fn client_ip(parts: &Parts) -> ClientIp {
     parts.extensions.get::<ClientIp>().copied().unwrap_or_default()
+}
+
+/// A numeric id from the path; a malformed one is answered by [`PathId::of`] as a field error
+/// naming what it should have been, instead of axum's plain-text rejection.
+pub struct PathId(Option<i64>);
+
+impl<S: Send + Sync> FromRequestParts<S> for PathId {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        Ok(PathId(Path::<i64>::from_request_parts(parts, state).await.ok().map(|Path(id)| id)))
+    }
+}
+
+impl PathId {
+    /// The id, or "not `what` id" (`what`: "a rental", "an alert").
+    pub fn of(self, what: &str) -> Result<i64, ApiError> {
+        self.0.ok_or_else(|| ApiError(AppError::invalid_field("id", format!("not {what} id"))))
+    }
 }

@@ -1,7 +1,7 @@
 //! The UI kit: the few shapes every page repeats, written once so pages say only what is theirs.
 //!
 //! - [`Await`]: a resource's value once loaded, a placeholder meanwhile, an [`ErrorAlert`] if
-//!   it failed.
+//!   it failed; [`AwaitList`] also says when a list is empty.
 //! - [`DataTable`] with [`Col`]: a responsive table (columns can hide below a breakpoint).
 //! - [`Badge`] with a [`Tone`]: the little status pills.
 //! - [`ErrorAlert`]: an error, announced to screen readers.
@@ -68,6 +68,49 @@ where
     F: Fn(T) -> V + Clone + Send + Sync + 'static,
     V: IntoView + 'static,
 {
+    awaiting(resource, ready, Placeholder { loading, skeleton, class })
+}
+
+/// [`Await`] for a list: `empty` (a line of text) instead of `ready` when it has nothing.
+#[component]
+pub fn AwaitList<T, V, F>(
+    resource: Resource<Result<Vec<T>, AppError>>,
+    empty: &'static str,
+    ready: F,
+    #[prop(optional)] loading: Option<&'static str>,
+    #[prop(optional)] skeleton: Option<&'static str>,
+    #[prop(optional)] class: &'static str,
+) -> impl IntoView
+where
+    T: Clone + Send + Sync + Serialize + DeserializeOwned + 'static,
+    F: Fn(Vec<T>) -> V + Clone + Send + Sync + 'static,
+    V: IntoView + 'static,
+{
+    let ready = move |list: Vec<T>| {
+        if list.is_empty() {
+            view! { <p class=format!("text-slate-500 {class}")>{empty}</p> }.into_any()
+        } else {
+            ready(list).into_any()
+        }
+    };
+    awaiting(resource, ready, Placeholder { loading, skeleton, class })
+}
+
+/// What shows while a resource loads.
+#[derive(Clone, Copy)]
+struct Placeholder {
+    loading: Option<&'static str>,
+    skeleton: Option<&'static str>,
+    class: &'static str,
+}
+
+fn awaiting<T, V, F>(resource: Resource<Result<T, AppError>>, ready: F, placeholder: Placeholder) -> impl IntoView
+where
+    T: Clone + Send + Sync + Serialize + DeserializeOwned + 'static,
+    F: Fn(T) -> V + Clone + Send + Sync + 'static,
+    V: IntoView + 'static,
+{
+    let Placeholder { loading, skeleton, class } = placeholder;
     let fallback = move || match skeleton {
         Some(size) => {
             view! { <div class=format!("{size} animate-pulse rounded-2xl bg-slate-100 {class}")></div> }.into_any()

@@ -4,7 +4,7 @@
 use crate::{
     components::{
         form::{Field, FormAlert, SubmitButton, field_error, form_error},
-        kit::{Await, Col, DataTable},
+        kit::{Await, AwaitList, Col, DataTable},
         money::dollars,
         session::RequireSignIn,
     },
@@ -103,28 +103,20 @@ fn AdminCredits() -> impl IntoView {
         </section>
         <section class="card mt-6" aria-labelledby="audit">
             <h2 id="audit" class="text-lg font-semibold text-slate-900">"Audit trail"</h2>
-            <Transition fallback=|| view! { <p class="mt-4 text-slate-500">"Loading…"</p> }>
-                {move || Suspend::new(async move {
-                    match audit.await {
-                        Ok(list) if list.is_empty() => view! { <p class="mt-4 text-slate-500">"No adjustments yet."</p> }.into_any(),
-                        Ok(list) => view! {
-                            <DataTable columns=vec![Col::new("When"), Col::new("Account"), Col::new("Kind"), Col::new("Amount").right(), Col::new("Reason"), Col::new("By").from("md")] class="mt-4">
-                                {list.into_iter().map(|a| view! {
-                                    <tr data-testid="adjustment-row">
-                                        <td class="whitespace-nowrap py-3 pr-4 text-slate-600">{a.created_at.format("%Y-%m-%d %H:%M").to_string()}</td>
-                                        <td class="py-3 pr-4 text-slate-900">{a.account_email}</td>
-                                        <td class="py-3 pr-4 text-slate-600">{a.kind}</td>
-                                        <td class="py-3 pr-4 text-right tabular-nums">{dollars(a.amount_micros)}</td>
-                                        <td class="py-3 pr-4 text-slate-700">{a.reason}</td>
-                                        <td class="hidden py-3 pr-4 text-slate-600 md:table-cell">{a.actor_email}</td>
-                                    </tr>
-                                }).collect_view()}
-                            </DataTable>
-                        }.into_any(),
-                        Err(err) => view! { <p role="alert" class="mt-4 text-red-700">{err.to_string()}</p> }.into_any(),
-                    }
-                })}
-            </Transition>
+            <AwaitList resource=audit class="mt-4" empty="No adjustments yet." ready=move |list| view! {
+                <DataTable columns=vec![Col::new("When"), Col::new("Account"), Col::new("Kind"), Col::new("Amount").right(), Col::new("Reason"), Col::new("By").from("md")] class="mt-4">
+                    {list.into_iter().map(|a| view! {
+                        <tr data-testid="adjustment-row">
+                            <td class="whitespace-nowrap py-3 pr-4 text-slate-600">{a.created_at.format("%Y-%m-%d %H:%M").to_string()}</td>
+                            <td class="py-3 pr-4 text-slate-900">{a.account_email}</td>
+                            <td class="py-3 pr-4 text-slate-600">{a.kind}</td>
+                            <td class="py-3 pr-4 text-right tabular-nums">{dollars(a.amount_micros)}</td>
+                            <td class="py-3 pr-4 text-slate-700">{a.reason}</td>
+                            <td class="hidden py-3 pr-4 text-slate-600 md:table-cell">{a.actor_email}</td>
+                        </tr>
+                    }).collect_view()}
+                </DataTable>
+            } />
         </section>
     }
 }

@@ -3,7 +3,7 @@
 use crate::{
     components::{
         form::{Field, FormAlert, SubmitButton, field_error, form_error},
-        kit::{Col, DataTable},
+        kit::{AwaitList, Col, DataTable},
         session::RequireSignIn,
     },
     server_fns::api_tokens::{CreateApiToken, RevokeApiToken, list_api_tokens},
@@ -63,15 +63,7 @@ fn ApiTokens() -> impl IntoView {
 
             <section class="card" aria-labelledby="your-tokens">
                 <h2 id="your-tokens" class="text-lg font-semibold text-slate-900">"Your tokens"</h2>
-                <Transition fallback=|| view! { <p class="mt-4 text-slate-500">"Loading tokens…"</p> }>
-                    {move || Suspend::new(async move {
-                        match tokens.await {
-                            Ok(list) if list.is_empty() => view! { <p class="mt-4 text-slate-500">"No active tokens."</p> }.into_any(),
-                            Ok(list) => view! { <TokenTable tokens=list revoke /> }.into_any(),
-                            Err(err) => view! { <p role="alert" class="mt-4 text-red-700">{err.to_string()}</p> }.into_any(),
-                        }
-                    })}
-                </Transition>
+                <AwaitList resource=tokens loading="Loading tokens…" class="mt-4" empty="No active tokens." ready=move |list| view! { <TokenTable tokens=list revoke /> } />
             </section>
         </div>
     }

@@ -4,7 +4,7 @@
 use crate::{
     components::{
         form::{Field, FormAlert, SubmitButton, field_error, form_error},
-        kit::{Await, Col, DataTable},
+        kit::{Await, AwaitList, Col, DataTable},
         money::{LedgerHistory, Stat, dollars},
         session::{RequireSignIn, reload_to},
     },
@@ -67,15 +67,7 @@ fn EarningsView() -> impl IntoView {
             <section class="card" aria-labelledby="energy">
                 <h2 id="energy" class="text-lg font-semibold text-slate-900">"Energy delivered"</h2>
                 <p class="mt-1 text-sm text-slate-600">"What your GPUs drew while running each rental, measured by the agent once a second."</p>
-                <Transition fallback=|| view! { <p class="mt-4 text-slate-500">"Loading…"</p> }>
-                    {move || Suspend::new(async move {
-                        match energy.await {
-                            Ok(rows) if rows.is_empty() => view! { <p class="mt-4 text-sm text-slate-500">"No rentals have run on your hosts yet."</p> }.into_any(),
-                            Ok(rows) => view! { <EnergyTable rows /> }.into_any(),
-                            Err(err) => view! { <p role="alert" class="mt-4 text-red-700">{err.to_string()}</p> }.into_any(),
-                        }
-                    })}
-                </Transition>
+                <AwaitList resource=energy class="mt-4" empty="No rentals have run on your hosts yet." ready=move |rows| view! { <EnergyTable rows /> } />
             </section>
         </div>
     }

@@ -4,7 +4,7 @@
 
 use crate::{
     components::{
-        kit::Await,
+        kit::{Await, AwaitList},
         money::dollars,
         session::RequireSignIn,
         telemetry::{LiveBadge, fleet_utilisation, heat_class, latest_readings, line_path, use_live_samples},
@@ -217,15 +217,7 @@ pub fn Alerts(admin: bool) -> impl IntoView {
     view! {
         <section class="card" aria-labelledby="alerts">
             <h2 id="alerts" class="text-lg font-semibold text-slate-900">"Alerts"</h2>
-            <Transition fallback=|| view! { <div class="mt-4 h-16 animate-pulse rounded bg-slate-100"></div> }>
-                {move || Suspend::new(async move {
-                    match alerts.await {
-                        Ok(list) if list.is_empty() => view! { <p class="mt-3 text-sm text-slate-500">"No alerts. All quiet."</p> }.into_any(),
-                        Ok(list) => view! { <AlertTable list admin acknowledge /> }.into_any(),
-                        Err(err) => view! { <p role="alert" class="text-red-700">{err.to_string()}</p> }.into_any(),
-                    }
-                })}
-            </Transition>
+            <AwaitList resource=alerts skeleton="mt-4 h-16" empty="No alerts. All quiet." ready=move |list| view! { <AlertTable list admin acknowledge /> } />
         </section>
     }
 }

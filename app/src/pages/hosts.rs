@@ -4,7 +4,7 @@
 use crate::{
     components::{
         form::{Field, FormAlert, SubmitButton, field_error, form_error},
-        kit::{Await, Col, DataTable},
+        kit::{Await, AwaitList, Col, DataTable},
         session::RequireSignIn,
     },
     server_fns::hosts::{CreateEnrollmentToken, RevokeHost, SetHostListed, UpdateHostPricing, get_host, list_hosts},
@@ -109,15 +109,7 @@ fn Hosts() -> impl IntoView {
             <crate::pages::fleet::MyFleet />
             <section class="card" aria-labelledby="your-hosts">
                 <h2 id="your-hosts" class="text-lg font-semibold text-slate-900">"Your hosts"</h2>
-                <Transition fallback=|| view! { <p class="mt-4 text-slate-500">"Loading hosts…"</p> }>
-                    {move || Suspend::new(async move {
-                        match hosts.await {
-                            Ok(list) if list.is_empty() => view! { <p class="mt-4 text-slate-500">"No hosts yet. Create an enrollment token above."</p> }.into_any(),
-                            Ok(list) => view! { <HostTable hosts=list /> }.into_any(),
-                            Err(err) => view! { <p role="alert" class="mt-4 text-red-700">{err.to_string()}</p> }.into_any(),
-                        }
-                    })}
-                </Transition>
+                <AwaitList resource=hosts loading="Loading hosts…" class="mt-4" empty="No hosts yet. Create an enrollment token above." ready=move |list| view! { <HostTable hosts=list /> } />
             </section>
         </div>
     }

@@ -1,14 +1,9 @@
 //! `/api/v1/auth/*`, `/api/v1/me*` and `/api/v1/users*`.
 
-use crate::edges::{ApiError, ApiJson, ApiResult, Caller, RequestSession};
-use axum::{
-    Extension, Json,
-    extract::{Path, State},
-    http::StatusCode,
-};
+use crate::edges::{ApiJson, ApiResult, Caller, PathId, RequestSession};
+use axum::{Extension, Json, extract::State, http::StatusCode};
 use cardpool_app::ssr::AppState;
 use cardpool_domain::{
-    AppError,
     account::{ChangePasswordRequest, Me, SignInRequest, SignUpRequest, UserSummary},
     error::ErrorBody,
 };
@@ -32,7 +27,7 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
 }
 
 /// Creates an account and signs it in (sets the session cookie).
-#[utoipa::path(post, path = "/auth/sign-up", operation_id = "sign_up", tag = "accounts",
+#[utoipa::path(post, path = "/auth/sign-up", operation_id = "sign_up", tag = "accounts", security(()),
     request_body = SignUpRequest,
     responses((status = 201, body = Me), (status = 422, description = "Invalid fields", body = ErrorBody)))]
 pub async fn sign_up(
@@ -44,7 +39,7 @@ pub async fn sign_up(
 }
 
 /// Signs in with email and password (sets a fresh session cookie).
-#[utoipa::path(post, path = "/auth/sign-in", operation_id = "sign_in", tag = "accounts",
+#[utoipa::path(post, path = "/auth/sign-in", operation_id = "sign_in", tag = "accounts", security(()),
     request_body = SignInRequest,
     responses(
         (status = 200, body = Me),
@@ -61,7 +56,7 @@ pub async fn sign_in(
 }
 
 /// Ends the browser session.
-#[utoipa::path(post, path = "/auth/sign-out", operation_id = "sign_out", tag = "accounts",
+#[utoipa::path(post, path = "/auth/sign-out", operation_id = "sign_out", tag = "accounts", security(()),
     responses((status = 204, description = "Signed out")))]
 pub async fn sign_out(RequestSession(session): RequestSession) -> ApiResult<StatusCode> {
     auth::end_session(&session).await?;
@@ -70,10 +65,9 @@ pub async fn sign_out(RequestSession(session): RequestSession) -> ApiResult<Stat
 
 /// The caller's own account.
 #[utoipa::path(get, path = "/me", operation_id = "get_me", tag = "accounts",
-    security(("bearer" = []), ("session" = [])),
     responses((status = 200, body = Me), (status = 401, body = ErrorBody)))]
-pub async fn get_me(State(state): State<AppState>, Caller(caller): Caller) -> ApiResult<Json<Me>> {
-    Ok(Json(accounts::get_me(&state.services, &caller).await?))
+pub async fn get_me(Caller(services, caller): Caller) -> ApiResult<Json<Me>> {
+    Ok(Json(accounts::get_me(&services, &caller).await?))
 }
 
 /// Changes the password; every other session of the account ends. Browser sessions only.
@@ -84,7 +78,7 @@ pub async fn get_me(State(state): State<AppState>, Caller(caller): Caller) -> Ap
 pub async fn change_password(
     State(state): State<AppState>,
     RequestSession(session): RequestSession,
-    Caller(caller): Caller,
+    Caller(_, caller): Caller,
     ApiJson(request): ApiJson<ChangePasswordRequest>,
 ) -> ApiResult<StatusCode> {
     accounts::change_password(&state.services, &session, &caller, &request).await?;
@@ -93,30 +87,23 @@ pub async fn change_password(
 
 /// Turns on provider features for the caller's account.
 #[utoipa::path(post, path = "/me/provider", operation_id = "enable_provider", tag = "accounts",
-    security(("bearer" = []), ("session" = [])),
     responses((status = 200, body = Me), (status = 401, body = ErrorBody)))]
-pub async fn enable_provider(State(state): State<AppState>, Caller(caller): Caller) -> ApiResult<Json<Me>> {
-    Ok(Json(accounts::enable_provider(&state.services, &caller).await?))
+pub async fn enable_provider(Caller(services, caller): Caller) -> ApiResult<Json<Me>> {
+    Ok(Json(accounts::enable_provider(&services, &caller).await?))
 }
 
 /// Every account (admins only).
 #[utoipa::path(get, path = "/users", operation_id = "list_users", tag = "accounts",
-    security(("bearer" = []), ("session" = [])),
     responses((status = 200, body = Vec<UserSummary>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
-pub async fn list_users(State(state): State<AppState>, Caller(caller): Caller) -> ApiResult<Json<Vec<UserSummary>>> {
-    Ok(Json(accounts::list_users(&state.services, &caller).await?))
+pub async fn list_users(Caller(services, caller): Caller) -> ApiResult<Json<Vec<UserSummary>>> {
+    Ok(Json(accounts::list_users(&services, &caller).await?))
 }
 
 /// Makes an account an admin (admins only).
 #[utoipa::path(post, path = "/users/{id}/admin", operation_id = "grant_admin", tag = "accounts",
-    security(("bearer" = []), ("session" = [])),
     params(("id" = i64, Path, description = "Account id")),
     responses((status = 200, body = UserSummary), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
-pub async fn grant_admin(
-    State(state): State<AppState>,
-    Caller(caller): Caller,
-    id: Result<Path<i64>, axum::extract::rejection::PathRejection>,
-) -> ApiResult<Json<UserSummary>> {
-    let Path(id) = id.map_err(|_| ApiError(AppError::invalid_field("id", "not an account id")))?;
-    Ok(Json(accounts::grant_admin(&state.services, &caller, id).await?))
+pub async fn grant_admin(Caller(services, caller): Caller, id: PathId) -> ApiResult<Json<UserSummary>> {
+    let id = id.of("an account")?;
+    Ok(Json(accounts::grant_admin(&services, &caller, id).await?))
 }

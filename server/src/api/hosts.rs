@@ -1,14 +1,13 @@
 //! `/api/v1/enrollment-tokens`, `/api/v1/agent/enroll` and `/api/v1/hosts*`.
 
-use crate::edges::{ApiError, ApiJson, ApiResult, Caller};
+use crate::edges::{ApiJson, ApiResult, Caller, PathId};
 use axum::{
     Json,
-    extract::{Path, State},
+    extract::State,
     http::{HeaderMap, StatusCode},
 };
 use cardpool_app::ssr::AppState;
 use cardpool_domain::{
-    AppError,
     error::ErrorBody,
     host::{
         CreateEnrollmentTokenRequest, CreatedEnrollmentToken, EnrollHostRequest, EnrolledHost, GpuModelPrice,
@@ -32,13 +31,12 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
 
 /// Creates a single-use enrollment token (valid one hour) and the command to run on the host.
 #[utoipa::path(post, path = "/enrollment-tokens", operation_id = "create_enrollment_token", tag = "hosts",
-    security(("bearer" = []), ("session" = [])),
     request_body = CreateEnrollmentTokenRequest,
     responses((status = 201, body = CreatedEnrollmentToken), (status = 403, description = "Not a provider", body = ErrorBody)))]
 pub async fn create_enrollment_token(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Caller(caller): Caller,
+    Caller(_, caller): Caller,
     ApiJson(request): ApiJson<CreateEnrollmentTokenRequest>,
 ) -> ApiResult<(StatusCode, Json<CreatedEnrollmentToken>)> {
     let url = state.server_url(&headers);
@@ -47,7 +45,7 @@ pub async fn create_enrollment_token(
 }
 
 /// Called by `cardpool-agent enroll`: exchanges an enrollment token for a host credential.
-#[utoipa::path(post, path = "/agent/enroll", operation_id = "enroll_host", tag = "hosts",
+#[utoipa::path(post, path = "/agent/enroll", operation_id = "enroll_host", tag = "hosts", security(()),
     request_body = EnrollHostRequest,
     responses((status = 201, body = EnrolledHost), (status = 401, description = "Unknown, used or expired token", body = ErrorBody)))]
 pub async fn enroll_host(
@@ -60,70 +58,51 @@ pub async fn enroll_host(
 
 /// The caller's hosts (all hosts for an admin).
 #[utoipa::path(get, path = "/hosts", operation_id = "list_hosts", tag = "hosts",
-    security(("bearer" = []), ("session" = [])),
     responses((status = 200, body = Vec<HostSummary>), (status = 403, body = ErrorBody)))]
-pub async fn list_hosts(State(state): State<AppState>, Caller(caller): Caller) -> ApiResult<Json<Vec<HostSummary>>> {
-    Ok(Json(hosts::list_hosts(&state.services, &caller).await?))
-}
-
-fn host_id(id: Result<Path<i64>, axum::extract::rejection::PathRejection>) -> Result<i64, ApiError> {
-    id.map(|Path(id)| id).map_err(|_| ApiError(AppError::invalid_field("id", "not a host id")))
+pub async fn list_hosts(Caller(services, caller): Caller) -> ApiResult<Json<Vec<HostSummary>>> {
+    Ok(Json(hosts::list_hosts(&services, &caller).await?))
 }
 
 /// One host with its GPUs and status history.
 #[utoipa::path(get, path = "/hosts/{id}", operation_id = "get_host", tag = "hosts",
-    security(("bearer" = []), ("session" = [])),
     params(("id" = i64, Path, description = "Host id")),
     responses((status = 200, body = HostDetail), (status = 404, body = ErrorBody)))]
-pub async fn get_host(
-    State(state): State<AppState>,
-    Caller(caller): Caller,
-    id: Result<Path<i64>, axum::extract::rejection::PathRejection>,
-) -> ApiResult<Json<HostDetail>> {
-    Ok(Json(hosts::get_host(&state.services, &caller, host_id(id)?).await?))
+pub async fn get_host(Caller(services, caller): Caller, id: PathId) -> ApiResult<Json<HostDetail>> {
+    Ok(Json(hosts::get_host(&services, &caller, id.of("a host")?).await?))
 }
 
 /// Revokes a host: its credential stops working and its agent is disconnected within seconds.
 #[utoipa::path(post, path = "/hosts/{id}/revoke", operation_id = "revoke_host", tag = "hosts",
-    security(("bearer" = []), ("session" = [])),
     params(("id" = i64, Path, description = "Host id")),
     responses((status = 204, description = "Revoked"), (status = 404, body = ErrorBody)))]
-pub async fn revoke_host(
-    State(state): State<AppState>,
-    Caller(caller): Caller,
-    id: Result<Path<i64>, axum::extract::rejection::PathRejection>,
-) -> ApiResult<StatusCode> {
-    hosts::revoke_host(&state.services, &caller, host_id(id)?).await?;
+pub async fn revoke_host(Caller(services, caller): Caller, id: PathId) -> ApiResult<StatusCode> {
+    hosts::revoke_host(&services, &caller, id.of("a host")?).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 /// Sets the prices of one GPU model on one of the caller's hosts (micro-dollars per GPU-hour).
 #[utoipa::path(put, path = "/hosts/{id}/pricing", operation_id = "update_host_pricing", tag = "hosts",
-    security(("bearer" = []), ("session" = [])),
     params(("id" = i64, Path, description = "Host id")),
     request_body = GpuModelPrice,
     responses((status = 200, body = GpuModelPrice), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn update_host_pricing(
-    State(state): State<AppState>,
-    Caller(caller): Caller,
-    id: Result<Path<i64>, axum::extract::rejection::PathRejection>,
+    Caller(services, caller): Caller,
+    id: PathId,
     ApiJson(price): ApiJson<GpuModelPrice>,
 ) -> ApiResult<Json<GpuModelPrice>> {
-    Ok(Json(hosts::update_host_pricing(&state.services, &caller, host_id(id)?, &price).await?))
+    Ok(Json(hosts::update_host_pricing(&services, &caller, id.of("a host")?, &price).await?))
 }
 
 /// Lists one of the caller's hosts on the market, or takes it off.
 #[utoipa::path(put, path = "/hosts/{id}/listing", operation_id = "set_host_listed", tag = "hosts",
-    security(("bearer" = []), ("session" = [])),
     params(("id" = i64, Path, description = "Host id")),
     request_body = SetHostListedRequest,
     responses((status = 204, description = "Saved"), (status = 404, body = ErrorBody), (status = 409, description = "Not priced yet", body = ErrorBody)))]
 pub async fn set_host_listed(
-    State(state): State<AppState>,
-    Caller(caller): Caller,
-    id: Result<Path<i64>, axum::extract::rejection::PathRejection>,
+    Caller(services, caller): Caller,
+    id: PathId,
     ApiJson(request): ApiJson<SetHostListedRequest>,
 ) -> ApiResult<StatusCode> {
-    hosts::set_host_listed(&state.services, &caller, host_id(id)?, request.listed).await?;
+    hosts::set_host_listed(&services, &caller, id.of("a host")?, request.listed).await?;
     Ok(StatusCode::NO_CONTENT)
 }

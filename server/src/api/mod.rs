@@ -18,7 +18,7 @@ use cardpool_app::ssr::AppState;
 use cardpool_domain::{AppError, error::ErrorBody};
 use utoipa::{
     Modify, OpenApi,
-    openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme},
+    openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme},
 };
 use utoipa_axum::router::OpenApiRouter;
 
@@ -63,5 +63,9 @@ impl Modify for SecuritySchemes {
             "session",
             SecurityScheme::ApiKey(ApiKey::Cookie(ApiKeyValue::new(crate::edges::SESSION_COOKIE))),
         );
+        // Every operation needs one of the two unless it says otherwise (`security(())`).
+        let none: [&str; 0] = [];
+        openapi.security =
+            Some(vec![SecurityRequirement::new("bearer", none), SecurityRequirement::new("session", none)]);
     }
 }

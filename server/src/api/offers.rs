@@ -20,7 +20,7 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
 }
 
 /// Free GPUs of listed, online hosts, one offer per host and GPU model, filtered and sorted.
-#[utoipa::path(get, path = "/offers", operation_id = "list_offers", tag = "offers",
+#[utoipa::path(get, path = "/offers", operation_id = "list_offers", tag = "offers", security(()),
     params(OfferQuery),
     responses((status = 200, body = OfferPage), (status = 422, description = "A filter is malformed", body = ErrorBody)))]
 pub async fn list_offers(

@@ -1,10 +1,10 @@
 //! `/api/v1/wallet*`, `/api/v1/earnings*`, `/api/v1/payouts`, `/api/v1/admin/credits`, and
 //! Stripe's webhook endpoint `/stripe/webhook`.
 
-use crate::edges::{ApiError, ApiJson, ApiResult, Caller};
+use crate::edges::{ApiError, ApiJson, ApiResult, Caller, PathId};
 use axum::{
     Json,
-    extract::{Path, State, rejection::PathRejection},
+    extract::State,
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
@@ -39,62 +39,45 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(list_admin_credits, admin_credit))
 }
 
-fn id_of(id: Result<Path<i64>, PathRejection>, what: &str) -> Result<i64, ApiError> {
-    id.map(|Path(id)| id).map_err(|_| ApiError(AppError::invalid_field("id", format!("not a {what} id"))))
-}
-
 /// The caller's wallet: balance, held funds and top-ups awaiting payment.
 #[utoipa::path(get, path = "/wallet", operation_id = "get_wallet", tag = "payments",
-    security(("bearer" = []), ("session" = [])),
     responses((status = 200, body = Wallet), (status = 401, body = ErrorBody)))]
-pub async fn get_wallet(State(state): State<AppState>, Caller(caller): Caller) -> ApiResult<Json<Wallet>> {
-    Ok(Json(payments::get_wallet(&state.services, &caller).await?))
+pub async fn get_wallet(Caller(services, caller): Caller) -> ApiResult<Json<Wallet>> {
+    Ok(Json(payments::get_wallet(&services, &caller).await?))
 }
 
 /// Starts a top-up and returns the Stripe Checkout URL to pay at. The wallet is credited when
 /// Stripe confirms payment (webhook), not before.
 #[utoipa::path(post, path = "/wallet/top-ups", operation_id = "create_top_up", tag = "payments",
-    security(("bearer" = []), ("session" = [])),
     request_body = CreateTopUpRequest,
     responses((status = 201, body = TopUpCreated), (status = 422, body = ErrorBody), (status = 503, description = "Stripe unavailable", body = ErrorBody)))]
 pub async fn create_top_up(
-    State(state): State<AppState>,
-    Caller(caller): Caller,
+    Caller(services, caller): Caller,
     ApiJson(request): ApiJson<CreateTopUpRequest>,
 ) -> ApiResult<(StatusCode, Json<TopUpCreated>)> {
-    Ok((StatusCode::CREATED, Json(payments::create_top_up(&state.services, &caller, &request).await?)))
+    Ok((StatusCode::CREATED, Json(payments::create_top_up(&services, &caller, &request).await?)))
 }
 
 /// One of the caller's top-ups.
 #[utoipa::path(get, path = "/wallet/top-ups/{id}", operation_id = "get_top_up", tag = "payments",
-    security(("bearer" = []), ("session" = [])),
     params(("id" = i64, Path, description = "Top-up id")),
     responses((status = 200, body = TopUp), (status = 404, body = ErrorBody)))]
-pub async fn get_top_up(
-    State(state): State<AppState>,
-    Caller(caller): Caller,
-    id: Result<Path<i64>, PathRejection>,
-) -> ApiResult<Json<TopUp>> {
-    Ok(Json(payments::get_top_up(&state.services, &caller, id_of(id, "top-up")?).await?))
+pub async fn get_top_up(Caller(services, caller): Caller, id: PathId) -> ApiResult<Json<TopUp>> {
+    Ok(Json(payments::get_top_up(&services, &caller, id.of("a top-up")?).await?))
 }
 
 /// The caller's wallet history, newest first, with the running balance.
 #[utoipa::path(get, path = "/wallet/transactions", operation_id = "list_transactions", tag = "payments",
-    security(("bearer" = []), ("session" = [])),
     responses((status = 200, body = Vec<LedgerEntry>), (status = 401, body = ErrorBody)))]
-pub async fn list_transactions(
-    State(state): State<AppState>,
-    Caller(caller): Caller,
-) -> ApiResult<Json<Vec<LedgerEntry>>> {
-    Ok(Json(payments::list_transactions(&state.services, &caller).await?))
+pub async fn list_transactions(Caller(services, caller): Caller) -> ApiResult<Json<Vec<LedgerEntry>>> {
+    Ok(Json(payments::list_transactions(&services, &caller).await?))
 }
 
 /// The caller's wallet history as CSV.
 #[utoipa::path(get, path = "/wallet/transactions.csv", operation_id = "export_transactions", tag = "payments",
-    security(("bearer" = []), ("session" = [])),
     responses((status = 200, description = "CSV, oldest first", content_type = "text/csv"), (status = 401, body = ErrorBody)))]
-pub async fn export_transactions(State(state): State<AppState>, Caller(caller): Caller) -> ApiResult<Response> {
-    let csv = payments::transactions_csv(&state.services, &caller).await?;
+pub async fn export_transactions(Caller(services, caller): Caller) -> ApiResult<Response> {
+    let csv = payments::transactions_csv(&services, &caller).await?;
     let mut response = csv.into_response();
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/csv; charset=utf-8"));
@@ -107,82 +90,60 @@ pub async fn export_transactions(State(state): State<AppState>, Caller(caller): 
 
 /// A receipt for one transaction on the caller's wallet.
 #[utoipa::path(get, path = "/wallet/transactions/{id}/receipt", operation_id = "get_receipt", tag = "payments",
-    security(("bearer" = []), ("session" = [])),
     params(("id" = i64, Path, description = "Ledger transaction id")),
     responses((status = 200, body = Receipt), (status = 404, body = ErrorBody)))]
-pub async fn get_receipt(
-    State(state): State<AppState>,
-    Caller(caller): Caller,
-    id: Result<Path<i64>, PathRejection>,
-) -> ApiResult<Json<Receipt>> {
-    Ok(Json(payments::get_receipt(&state.services, &caller, id_of(id, "transaction")?).await?))
+pub async fn get_receipt(Caller(services, caller): Caller, id: PathId) -> ApiResult<Json<Receipt>> {
+    Ok(Json(payments::get_receipt(&services, &caller, id.of("a transaction")?).await?))
 }
 
 /// The provider's earnings (pending, available, paid out), Connect status and payouts.
 #[utoipa::path(get, path = "/earnings", operation_id = "get_earnings", tag = "payments",
-    security(("bearer" = []), ("session" = [])),
     responses((status = 200, body = Earnings), (status = 403, description = "Not a provider", body = ErrorBody)))]
-pub async fn get_earnings(State(state): State<AppState>, Caller(caller): Caller) -> ApiResult<Json<Earnings>> {
-    Ok(Json(payouts::get_earnings(&state.services, &caller).await?))
+pub async fn get_earnings(Caller(services, caller): Caller) -> ApiResult<Json<Earnings>> {
+    Ok(Json(payouts::get_earnings(&services, &caller).await?))
 }
 
 /// The provider's earnings history, newest first.
 #[utoipa::path(get, path = "/earnings/entries", operation_id = "list_earnings_entries", tag = "payments",
-    security(("bearer" = []), ("session" = [])),
     responses((status = 200, body = Vec<LedgerEntry>), (status = 403, body = ErrorBody)))]
-pub async fn list_earnings_entries(
-    State(state): State<AppState>,
-    Caller(caller): Caller,
-) -> ApiResult<Json<Vec<LedgerEntry>>> {
-    Ok(Json(payouts::list_earnings_entries(&state.services, &caller).await?))
+pub async fn list_earnings_entries(Caller(services, caller): Caller) -> ApiResult<Json<Vec<LedgerEntry>>> {
+    Ok(Json(payouts::list_earnings_entries(&services, &caller).await?))
 }
 
 /// A Stripe Connect Express onboarding link (the account is created on first use).
 #[utoipa::path(post, path = "/earnings/onboarding-link", operation_id = "create_onboarding_link", tag = "payments",
-    security(("bearer" = []), ("session" = [])),
     responses((status = 201, body = OnboardingLink), (status = 403, body = ErrorBody), (status = 503, body = ErrorBody)))]
-pub async fn create_onboarding_link(
-    State(state): State<AppState>,
-    Caller(caller): Caller,
-) -> ApiResult<(StatusCode, Json<OnboardingLink>)> {
-    Ok((StatusCode::CREATED, Json(payouts::create_onboarding_link(&state.services, &caller).await?)))
+pub async fn create_onboarding_link(Caller(services, caller): Caller) -> ApiResult<(StatusCode, Json<OnboardingLink>)> {
+    Ok((StatusCode::CREATED, Json(payouts::create_onboarding_link(&services, &caller).await?)))
 }
 
 /// Pays out available earnings (all of them when no amount is given).
 #[utoipa::path(post, path = "/payouts", operation_id = "request_payout", tag = "payments",
-    security(("bearer" = []), ("session" = [])),
     request_body = RequestPayoutRequest,
     responses((status = 201, body = Payout), (status = 402, description = "Not enough available earnings", body = ErrorBody), (status = 409, description = "Onboarding unfinished", body = ErrorBody)))]
 pub async fn request_payout(
-    State(state): State<AppState>,
-    Caller(caller): Caller,
+    Caller(services, caller): Caller,
     ApiJson(request): ApiJson<RequestPayoutRequest>,
 ) -> ApiResult<(StatusCode, Json<Payout>)> {
-    Ok((StatusCode::CREATED, Json(payouts::request_payout(&state.services, &caller, &request).await?)))
+    Ok((StatusCode::CREATED, Json(payouts::request_payout(&services, &caller, &request).await?)))
 }
 
 /// An admin credits or refunds an account's wallet, with a reason (audited).
 #[utoipa::path(post, path = "/admin/credits", operation_id = "admin_credit", tag = "payments",
-    security(("bearer" = []), ("session" = [])),
     request_body = AdminCreditRequest,
     responses((status = 201, body = Adjustment), (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn admin_credit(
-    State(state): State<AppState>,
-    Caller(caller): Caller,
+    Caller(services, caller): Caller,
     ApiJson(request): ApiJson<AdminCreditRequest>,
 ) -> ApiResult<(StatusCode, Json<Adjustment>)> {
-    Ok((StatusCode::CREATED, Json(payments::admin_adjust(&state.services, &caller, &request).await?)))
+    Ok((StatusCode::CREATED, Json(payments::admin_adjust(&services, &caller, &request).await?)))
 }
 
 /// Every admin credit and refund (the audit trail).
 #[utoipa::path(get, path = "/admin/credits", operation_id = "list_admin_credits", tag = "payments",
-    security(("bearer" = []), ("session" = [])),
     responses((status = 200, body = Vec<Adjustment>), (status = 403, body = ErrorBody)))]
-pub async fn list_admin_credits(
-    State(state): State<AppState>,
-    Caller(caller): Caller,
-) -> ApiResult<Json<Vec<Adjustment>>> {
-    Ok(Json(payments::list_adjustments(&state.services, &caller).await?))
+pub async fn list_admin_credits(Caller(services, caller): Caller) -> ApiResult<Json<Vec<Adjustment>>> {
+    Ok(Json(payments::list_adjustments(&services, &caller).await?))
 }
 
 /// Stripe's webhook endpoint. A delivery that fails verification gets 400 and writes nothing;

@@ -3,10 +3,10 @@
 //! is re-checked every few seconds together with the caller's sign-in: a rental that ends, a
 //! session that signs out or an API token revoked closes the feed with an `end` event.
 
-use crate::edges::{ApiError, ApiResult, Caller, RequestSession};
+use crate::edges::{ApiError, ApiResult, Caller, PathId, RequestSession};
 use axum::{
     Json,
-    extract::{Path, Query, State, rejection::PathRejection},
+    extract::Query,
     http::StatusCode,
     response::sse::{Event, KeepAlive, Sse},
 };
@@ -51,36 +51,32 @@ impl ScopeQuery {
 
 /// The last hour of a rental's, host's or the fleet's GPUs (minute averages, then the recent
 /// seconds), and energy per GPU for a rental.
-#[utoipa::path(get, path = "/telemetry", operation_id = "get_telemetry", tag = "telemetry",
-    security(("bearer" = []), ("session" = [])), params(ScopeQuery),
+#[utoipa::path(get, path = "/telemetry", operation_id = "get_telemetry", tag = "telemetry", params(ScopeQuery),
     responses((status = 200, body = TelemetryView), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get_telemetry(
-    State(state): State<AppState>,
-    Caller(caller): Caller,
+    Caller(services, caller): Caller,
     Query(query): Query<ScopeQuery>,
 ) -> ApiResult<Json<TelemetryView>> {
-    Ok(Json(telemetry::view(&state.services, &caller, query.parse()?).await?))
+    Ok(Json(telemetry::view(&services, &caller, query.parse()?).await?))
 }
 
 /// The live feed (text/event-stream): one `sample` event per host per second with the GPUs the
 /// caller may see; `end` when that stops (the rental ended).
-#[utoipa::path(get, path = "/telemetry/live", operation_id = "live_telemetry", tag = "telemetry",
-    security(("bearer" = []), ("session" = [])), params(ScopeQuery),
+#[utoipa::path(get, path = "/telemetry/live", operation_id = "live_telemetry", tag = "telemetry", params(ScopeQuery),
     responses((status = 200, description = "Server-Sent Events, each a LiveEvent as JSON", content_type = "text/event-stream"),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, description = "The rental no longer holds GPUs", body = ErrorBody)))]
 pub async fn live_telemetry(
-    State(state): State<AppState>,
-    Caller(caller): Caller,
+    Caller(services, caller): Caller,
     RequestSession(session): RequestSession,
     Query(query): Query<ScopeQuery>,
 ) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
-    let grant = telemetry::grant(&state.services, &caller, query.parse()?).await?;
+    let grant = telemetry::grant(&services, &caller, query.parse()?).await?;
     if !grant.live {
         return Err(ApiError(AppError::conflict(
             "this rental no longer holds GPUs; its history is in /api/v1/telemetry",
         )));
     }
-    Ok(Sse::new(feed(state.services, caller, session.id(), grant)).keep_alive(KeepAlive::default()))
+    Ok(Sse::new(feed(services, caller, session.id(), grant)).keep_alive(KeepAlive::default()))
 }
 
 struct Feed {
@@ -148,31 +144,24 @@ impl Feed {
 
 /// Every host and GPU at a glance, with fleet totals (admins).
 #[utoipa::path(get, path = "/fleet", operation_id = "get_fleet", tag = "telemetry",
-    security(("bearer" = []), ("session" = [])),
     responses((status = 200, body = FleetOverview), (status = 403, body = ErrorBody)))]
-pub async fn get_fleet(State(state): State<AppState>, Caller(caller): Caller) -> ApiResult<Json<FleetOverview>> {
-    Ok(Json(telemetry::fleet(&state.services, &caller).await?))
+pub async fn get_fleet(Caller(services, caller): Caller) -> ApiResult<Json<FleetOverview>> {
+    Ok(Json(telemetry::fleet(&services, &caller).await?))
 }
 
 /// Alerts, newest first: all for admins, a provider's own hosts' otherwise.
 #[utoipa::path(get, path = "/alerts", operation_id = "list_alerts", tag = "telemetry",
-    security(("bearer" = []), ("session" = [])),
     responses((status = 200, body = Vec<Alert>), (status = 401, body = ErrorBody)))]
-pub async fn list_alerts(State(state): State<AppState>, Caller(caller): Caller) -> ApiResult<Json<Vec<Alert>>> {
-    Ok(Json(alerts::list_alerts(&state.services, &caller).await?))
+pub async fn list_alerts(Caller(services, caller): Caller) -> ApiResult<Json<Vec<Alert>>> {
+    Ok(Json(alerts::list_alerts(&services, &caller).await?))
 }
 
 /// Acknowledges an alert (admins).
 #[utoipa::path(post, path = "/alerts/{id}/acknowledge", operation_id = "acknowledge_alert", tag = "telemetry",
-    security(("bearer" = []), ("session" = [])),
     params(("id" = i64, Path, description = "Alert id")),
     responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
-pub async fn acknowledge_alert(
-    State(state): State<AppState>,
-    Caller(caller): Caller,
-    id: Result<Path<i64>, PathRejection>,
-) -> ApiResult<StatusCode> {
-    let id = id.map(|Path(id)| id).map_err(|_| ApiError(AppError::invalid_field("id", "not an alert id")))?;
-    alerts::acknowledge(&state.services, &caller, id).await?;
+pub async fn acknowledge_alert(Caller(services, caller): Caller, id: PathId) -> ApiResult<StatusCode> {
+    let id = id.of("an alert")?;
+    alerts::acknowledge(&services, &caller, id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

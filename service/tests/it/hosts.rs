@@ -1,6 +1,6 @@
 //! Host enrollment, credentials, inventory and liveness at the service level, on both backends.
 
-use cardpool_domain::{AppError, account::SignUpRequest, host::HostStatus};
+use cardpool_domain::{AppError, host::HostStatus};
 use cardpool_protocol::{GpuInfo, HostFacts, Inventory, PROTOCOL_VERSION, ProtocolVersion};
 use cardpool_service::{
     Services, Settings, accounts,
@@ -11,21 +11,6 @@ use cardpool_service::{
 use std::time::Duration;
 
 const SERVER: &str = "http://127.0.0.1:3000";
-
-async fn account(services: &Services, email: &str, provider: bool) -> Principal {
-    let me = accounts::create_account(
-        services,
-        &SignUpRequest { email: email.into(), password: "correct horse battery".into() },
-    )
-    .await
-    .unwrap();
-    let principal = Principal { user_id: me.id, email: me.email, roles: me.roles, credential: Credential::Session };
-    if provider {
-        let me = accounts::enable_provider(services, &principal).await.unwrap();
-        return Principal { roles: me.roles, ..principal };
-    }
-    principal
-}
 
 fn inventory(uuids: &[&str]) -> Inventory {
     Inventory {
@@ -70,12 +55,12 @@ backend_tests!(
 
 async fn enrollment_tokens_are_for_providers_single_use_and_hashed(backend: Backend) {
     let (_db, services) = testing::services(backend, Settings::default()).await;
-    let renter = account(&services, "renter@example.com", false).await;
+    let renter = testing::renter(&services, "renter@example.com").await;
     assert!(matches!(
         hosts::create_enrollment_token(&services, &renter, None, SERVER).await,
         Err(AppError::Forbidden(_))
     ));
-    let provider = account(&services, "prov@example.com", true).await;
+    let provider = testing::provider(&services, "prov@example.com").await;
     let created = hosts::create_enrollment_token(&services, &provider, Some(" Frankfurt, DE "), SERVER).await.unwrap();
     assert_eq!(created.command, format!("cardpool-agent enroll --server {SERVER} --token {}", created.token));
 
@@ -96,7 +81,7 @@ async fn enrollment_tokens_are_for_providers_single_use_and_hashed(backend: Back
 
 async fn a_host_speaks_only_with_its_own_credential(backend: Backend) {
     let (_db, services) = testing::services(backend, Settings::default()).await;
-    let provider = account(&services, "p@example.com", true).await;
+    let provider = testing::provider(&services, "p@example.com").await;
     let a = hosts::create_enrollment_token(&services, &provider, None, SERVER).await.unwrap();
     let b = hosts::create_enrollment_token(&services, &provider, None, SERVER).await.unwrap();
     let host_a = hosts::enroll_host(&services, &a.token, "a").await.unwrap();
@@ -109,7 +94,7 @@ async fn a_host_speaks_only_with_its_own_credential(backend: Backend) {
 
 async fn inventory_upserts_gpus_by_uuid(backend: Backend) {
     let (_db, services) = testing::services(backend, Settings::default()).await;
-    let provider = account(&services, "p@example.com", true).await;
+    let provider = testing::provider(&services, "p@example.com").await;
     let token = hosts::create_enrollment_token(&services, &provider, None, SERVER).await.unwrap();
     let enrolled = hosts::enroll_host(&services, &token.token, "box").await.unwrap();
     let host = hosts::authenticate_host(&services, &enrolled.credential).await.unwrap();
@@ -133,7 +118,7 @@ async fn inventory_upserts_gpus_by_uuid(backend: Backend) {
 
 async fn heartbeats_and_silence_drive_liveness_with_recorded_transitions(backend: Backend) {
     let (_db, services) = testing::services(backend, Settings::default()).await;
-    let provider = account(&services, "p@example.com", true).await;
+    let provider = testing::provider(&services, "p@example.com").await;
     let token = hosts::create_enrollment_token(&services, &provider, None, SERVER).await.unwrap();
     let enrolled = hosts::enroll_host(&services, &token.token, "box").await.unwrap();
     let host = hosts::authenticate_host(&services, &enrolled.credential).await.unwrap();
@@ -166,8 +151,8 @@ async fn heartbeats_and_silence_drive_liveness_with_recorded_transitions(backend
 
 async fn hosts_are_visible_to_their_provider_and_admins_only(backend: Backend) {
     let (_db, services) = testing::services(backend, Settings::default()).await;
-    let owner = account(&services, "owner@example.com", true).await;
-    let other = account(&services, "other@example.com", true).await;
+    let owner = testing::provider(&services, "owner@example.com").await;
+    let other = testing::provider(&services, "other@example.com").await;
     let token = hosts::create_enrollment_token(&services, &owner, None, SERVER).await.unwrap();
     let enrolled = hosts::enroll_host(&services, &token.token, "box").await.unwrap();
 
@@ -195,7 +180,7 @@ async fn account_roles(services: &Services, email: &str) -> Principal {
 
 async fn revoked_hosts_lose_their_credential(backend: Backend) {
     let (_db, services) = testing::services(backend, Settings::default()).await;
-    let provider = account(&services, "p@example.com", true).await;
+    let provider = testing::provider(&services, "p@example.com").await;
     let token = hosts::create_enrollment_token(&services, &provider, None, SERVER).await.unwrap();
     let enrolled = hosts::enroll_host(&services, &token.token, "box").await.unwrap();
     hosts::revoke_host(&services, &provider, enrolled.host_id).await.unwrap();
@@ -222,8 +207,8 @@ mod pricing {
 
     async fn prices_are_validated_stored_as_integers_and_gate_listing(backend: Backend) {
         let (_db, services) = testing::services(backend, Settings::default()).await;
-        let provider = account(&services, "p@example.com", true).await;
-        let stranger = account(&services, "s@example.com", true).await;
+        let provider = testing::provider(&services, "p@example.com").await;
+        let stranger = testing::provider(&services, "s@example.com").await;
         let token = hosts::create_enrollment_token(&services, &provider, None, SERVER).await.unwrap();
         let enrolled = hosts::enroll_host(&services, &token.token, "box").await.unwrap();
         let host = hosts::authenticate_host(&services, &enrolled.credential).await.unwrap();

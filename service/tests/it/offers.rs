@@ -3,30 +3,17 @@
 
 use cardpool_domain::{
     AppError,
-    account::SignUpRequest,
     host::GpuModelPrice,
     offers::{OfferQuery, OfferSort, RentalKind},
 };
 use cardpool_protocol::{GpuInfo, HostFacts, Inventory, PROTOCOL_VERSION};
 use cardpool_service::{
-    Services, Settings, accounts,
-    auth::{Credential, Principal},
+    Services, Settings,
+    auth::Principal,
     backend_tests, hosts, offers,
     testing::{self, Backend},
 };
 use sea_orm::EntityTrait;
-
-async fn provider(services: &Services) -> Principal {
-    let me = accounts::create_account(
-        services,
-        &SignUpRequest { email: "market@example.com".into(), password: "correct horse battery".into() },
-    )
-    .await
-    .unwrap();
-    let principal = Principal { user_id: me.id, email: me.email, roles: me.roles, credential: Credential::Session };
-    let me = accounts::enable_provider(services, &principal).await.unwrap();
-    Principal { roles: me.roles, ..principal }
-}
 
 struct Spec {
     name: &'static str,
@@ -110,7 +97,7 @@ const A100: &str = "NVIDIA A100-SXM4-80GB";
 const L4: &str = "NVIDIA L4";
 
 async fn market(services: &Services) -> Vec<i64> {
-    let p = provider(services).await;
+    let p = testing::provider(services, "market@example.com").await;
     vec![
         host(services, &p, Spec { nvlink: true, ..spec("fra-h100", "Frankfurt, DE", H100, 8, 80, 2_490_000) }).await,
         host(services, &p, spec("pdx-a100", "Oregon, US", A100, 4, 80, 1_290_000)).await,
@@ -232,7 +219,7 @@ async fn filters_sorts_and_pages_work(backend: Backend) {
 /// The stock carries each offer's market facts; every change to them shows in the next search.
 async fn market_changes_show_at_once(backend: Backend) {
     let (_db, services) = testing::services(backend, Settings::default()).await;
-    let p = provider(&services).await;
+    let p = testing::provider(&services, "market@example.com").await;
     let fra = host(&services, &p, spec("fra-h100", "Frankfurt, DE", H100, 8, 80, 2_490_000)).await;
     let pdx = host(&services, &p, spec("pdx-a100", "Oregon, US", A100, 4, 80, 1_290_000)).await;
     let all = || search(&services, OfferQuery::default());

@@ -18,15 +18,20 @@ use cardpool_service::{
     hosts,
     ledger::{self, Book},
     offers, rentals,
-    testing::{self, Backend},
+    testing::{self, Backend, TestDb},
 };
 use sea_orm::{ActiveModelTrait, ActiveValue::Set, EntityTrait, IntoActiveModel};
 
 const MODEL: &str = testing::TEST_GPU_MODEL;
 
-/// A listed, online host with `n` GPUs in two NVLink islands.
-async fn host(services: &Services, provider: &Principal, n: usize) -> i64 {
-    testing::host(services, provider, "storm").gpus(n).islands(2).await
+/// Services over a fresh database with one provider ("owner@example.com") and their listed,
+/// online host of `gpus` GPUs in two NVLink islands. Keep the `TestDb`: dropping it drops the
+/// database.
+async fn market(backend: Backend, gpus: usize) -> (TestDb, Services, Principal, i64) {
+    let (db, services) = testing::services(backend, Settings::default()).await;
+    let provider = testing::provider(&services, "owner@example.com").await;
+    let host_id = testing::host(&services, &provider, "storm").gpus(gpus).islands(2).await;
+    (db, services, provider, host_id)
 }
 
 fn request(host_id: i64, gpu_count: u32) -> BookOfferRequest {
@@ -85,9 +90,7 @@ async fn assert_no_overlaps(services: &Services) -> usize {
 }
 
 async fn booking_storm_never_overbooks(backend: Backend) {
-    let (_db, services) = testing::services(backend, Settings::default()).await;
-    let provider = testing::provider(&services, "owner@example.com").await;
-    let host_id = host(&services, &provider, 8).await;
+    let (_db, services, _, host_id) = market(backend, 8).await;
     let mut renters = Vec::new();
     for i in 0..4 {
         renters.push(testing::renter(&services, &format!("renter{i}@example.com")).dollars(1_000).await);
@@ -152,9 +155,7 @@ async fn booking_storm_never_overbooks(backend: Backend) {
 }
 
 async fn bookings_prefer_nvlink_and_release_on_end(backend: Backend) {
-    let (_db, services) = testing::services(backend, Settings::default()).await;
-    let provider = testing::provider(&services, "owner@example.com").await;
-    let host_id = host(&services, &provider, 8).await;
+    let (_db, services, provider, host_id) = market(backend, 8).await;
     let renter = testing::renter(&services, "renter@example.com").dollars(100).await;
 
     // GPU 0 taken alone, then 4 more: they come from the untouched island (4..8), all NVLinked.
@@ -189,9 +190,7 @@ async fn bookings_prefer_nvlink_and_release_on_end(backend: Backend) {
 }
 
 async fn the_database_refuses_overlapping_holds(backend: Backend) {
-    let (_db, services) = testing::services(backend, Settings::default()).await;
-    let provider = testing::provider(&services, "owner@example.com").await;
-    let host_id = host(&services, &provider, 2).await;
+    let (_db, services, _, host_id) = market(backend, 2).await;
     let renter = testing::renter(&services, "renter@example.com").dollars(100).await;
     let rental = rentals::book_offer(&services, &renter, &request(host_id, 1)).await.unwrap();
     let held = rental_gpus::Entity::find().one(&services.db).await.unwrap().unwrap();
@@ -223,9 +222,7 @@ async fn the_database_refuses_overlapping_holds(backend: Backend) {
 }
 
 async fn an_on_demand_rental_runs_and_is_billed_to_the_second(backend: Backend) {
-    let (_db, services) = testing::services(backend, Settings::default()).await;
-    let provider = testing::provider(&services, "owner@example.com").await;
-    let host_id = host(&services, &provider, 4).await;
+    let (_db, services, provider, host_id) = market(backend, 4).await;
     let renter = testing::renter(&services, "renter@example.com").dollars(50).await;
     let before = wallet(&services, &renter).await;
     let rental = rentals::book_offer(&services, &renter, &request(host_id, 2)).await.unwrap();
@@ -291,9 +288,7 @@ async fn an_on_demand_rental_runs_and_is_billed_to_the_second(backend: Backend) 
 }
 
 async fn running_out_of_money_warns_then_stops(backend: Backend) {
-    let (_db, services) = testing::services(backend, Settings::default()).await;
-    let provider = testing::provider(&services, "owner@example.com").await;
-    let host_id = host(&services, &provider, 1).await;
+    let (_db, services, _, host_id) = market(backend, 1).await;
     let renter = testing::renter(&services, "renter@example.com").dollars(3).await;
     let rental = rentals::book_offer(&services, &renter, &request(host_id, 1)).await.unwrap();
     report(&services, host_id, rental.id, WorkloadStatus::Ready).await;
@@ -313,9 +308,7 @@ async fn running_out_of_money_warns_then_stops(backend: Backend) {
 }
 
 async fn a_host_going_offline_interrupts_its_rentals(backend: Backend) {
-    let (_db, services) = testing::services(backend, Settings::default()).await;
-    let provider = testing::provider(&services, "owner@example.com").await;
-    let host_id = host(&services, &provider, 2).await;
+    let (_db, services, _, host_id) = market(backend, 2).await;
     let renter = testing::renter(&services, "renter@example.com").dollars(50).await;
     let rental = rentals::book_offer(&services, &renter, &request(host_id, 1)).await.unwrap();
     report(&services, host_id, rental.id, WorkloadStatus::Ready).await;
@@ -333,9 +326,7 @@ async fn a_host_going_offline_interrupts_its_rentals(backend: Backend) {
 }
 
 async fn spot_rentals_clear_at_one_price_and_are_preempted_by_on_demand(backend: Backend) {
-    let (_db, services) = testing::services(backend, Settings::default()).await;
-    let provider = testing::provider(&services, "owner@example.com").await;
-    let host_id = host(&services, &provider, 2).await;
+    let (_db, services, _, host_id) = market(backend, 2).await;
     let low = testing::renter(&services, "low@example.com").dollars(50).await;
     let high = testing::renter(&services, "high@example.com").dollars(50).await;
     let od = testing::renter(&services, "od@example.com").dollars(50).await;
@@ -389,9 +380,7 @@ async fn spot_rentals_clear_at_one_price_and_are_preempted_by_on_demand(backend:
 }
 
 async fn reservations_are_prepaid_exclusive_and_refunded_when_cancelled(backend: Backend) {
-    let (_db, services) = testing::services(backend, Settings::default()).await;
-    let provider = testing::provider(&services, "owner@example.com").await;
-    let host_id = host(&services, &provider, 2).await;
+    let (_db, services, _, host_id) = market(backend, 2).await;
     let renter = testing::renter(&services, "renter@example.com").dollars(50).await;
     let other = testing::renter(&services, "other@example.com").dollars(50).await;
     let start = chrono::Utc::now() + chrono::Duration::hours(1);
@@ -433,9 +422,7 @@ async fn reservations_are_prepaid_exclusive_and_refunded_when_cancelled(backend:
 }
 
 async fn a_reserved_window_runs_ends_on_time_and_pays_the_provider(backend: Backend) {
-    let (_db, services) = testing::services(backend, Settings::default()).await;
-    let provider = testing::provider(&services, "owner@example.com").await;
-    let host_id = host(&services, &provider, 2).await;
+    let (_db, services, provider, host_id) = market(backend, 2).await;
     let renter = testing::renter(&services, "renter@example.com").dollars(50).await;
     let request = BookOfferRequest {
         kind: RentalKind::Reserved,
