@@ -71,7 +71,7 @@ pub async fn ping(db: &DatabaseConnection) -> bool {
 
 /// A rule of the schema that a write can break and the service answers for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Violation {
+pub enum Violation {
     /// Any unique constraint or index (SQLSTATE 23505; SQLite's `SQLITE_CONSTRAINT_UNIQUE` or
     /// `_PRIMARYKEY`).
     Unique,
@@ -82,7 +82,7 @@ pub(crate) enum Violation {
 
 impl Violation {
     /// Whether `err` is this violation.
-    pub(crate) fn matches(self, err: &DbErr) -> bool {
+    pub fn matches(self, err: &DbErr) -> bool {
         let (DbErr::Exec(RuntimeErr::SqlxError(err)) | DbErr::Query(RuntimeErr::SqlxError(err))) = err else {
             return false;
         };

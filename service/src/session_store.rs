@@ -3,10 +3,10 @@
 //! The published stores pin an older sqlx than sea-orm 2 uses, which would mean two pools and
 //! two drivers; this one shares the application's pool and works on SQLite and PostgreSQL.
 
-use crate::entities::sessions;
+use crate::{db::Violation, entities::sessions};
 use chrono::{DateTime, Utc};
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, SqlErr, sea_query::OnConflict,
+    ActiveValue::Set, ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, sea_query::OnConflict,
 };
 use std::collections::HashMap;
 use tower_sessions::{
@@ -55,7 +55,7 @@ impl SessionStore for DbSessionStore {
         loop {
             match sessions::Entity::insert(Self::row(record)?).exec(&self.db).await {
                 Ok(_) => return Ok(()),
-                Err(err) if matches!(err.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))) => {
+                Err(err) if Violation::Unique.matches(&err) => {
                     record.id = Id::default();
                 }
                 Err(err) => return Err(backend(err)),

@@ -5,6 +5,7 @@
 //! - [`DataTable`] with [`Col`]: a responsive table (columns can hide below a breakpoint).
 //! - [`Badge`] with a [`Tone`]: the little status pills.
 //! - [`ErrorAlert`]: an error, announced to screen readers.
+//! - [`in_browser`]: a browser-only resource's value, which the server never reads.
 
 use cardpool_domain::AppError;
 use leptos::prelude::*;
@@ -198,4 +199,16 @@ pub fn DataTable(columns: Vec<Col>, #[prop(optional)] class: &'static str, child
             </table>
         </div>
     }
+}
+
+/// A browser-only resource's value: always `None` while the server renders, so the page shows
+/// its placeholder and hydration starts from the same; the resource's value in the browser.
+///
+/// Not just `resource.get()`: on the server, reading a `LocalResource` inside a `Suspense`
+/// makes Leptos give up on that whole boundary when the read wins the race against the
+/// boundary's own data. It sends the fallback for the browser to render ("incomplete chunk"),
+/// and hydrating that panicked in tachys. The symptom was a blank page: the rental page in
+/// Playwright, about one full run in five under load.
+pub fn in_browser<T: Clone + 'static>(resource: LocalResource<T>) -> Option<T> {
+    if cfg!(feature = "ssr") { None } else { resource.get() }
 }

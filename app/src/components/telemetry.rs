@@ -263,7 +263,7 @@ pub fn TelemetrySection(
         reload.track();
         crate::server_fns::telemetry::load_telemetry(scope.get())
     });
-    move || match loaded.get() {
+    move || match super::kit::in_browser(loaded) {
         None => {
             view! { <div class="h-40 animate-pulse rounded-2xl bg-slate-100" aria-label="Loading GPU telemetry"></div> }
                 .into_any()

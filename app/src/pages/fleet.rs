@@ -4,7 +4,7 @@
 
 use crate::{
     components::{
-        kit::{Await, AwaitList},
+        kit::{Await, AwaitList, in_browser},
         money::dollars,
         session::RequireSignIn,
         telemetry::{LiveBadge, fleet_utilisation, heat_class, latest_readings, line_path, use_live_samples},
@@ -54,7 +54,7 @@ fn Fleet() -> impl IntoView {
                 <p class="mt-1 text-slate-600">"Every host and GPU, live."</p>
             </div>
             <Await resource=overview skeleton="h-24" ready=move |o| view! { <Totals overview=o /> } />
-            {move || match telemetry.get() {
+            {move || match in_browser(telemetry) {
                 None => view! { <div class="h-64 animate-pulse rounded-2xl bg-slate-100" aria-label="Loading live telemetry"></div> }.into_any(),
                 Some(Ok(view)) => view! { <LiveFleet view overview /> }.into_any(),
                 Some(Err(err)) => view! { <p role="alert" class="text-red-700">{err.to_string()}</p> }.into_any(),
@@ -285,7 +285,7 @@ pub fn MyFleet() -> impl IntoView {
                     })
                 })}
             </Transition>
-            {move || telemetry.get().and_then(Result::ok).map(|view| view! { <MyTiles view overview /> })}
+            {move || in_browser(telemetry).and_then(Result::ok).map(|view| view! { <MyTiles view overview /> })}
         </section>
         <Alerts admin=false />
     }

@@ -13,7 +13,7 @@ use cardpool_protocol::{ServerMessage, WorkloadStatus};
 use cardpool_service::{
     Services, Settings,
     auth::Principal,
-    backend_tests,
+    backend_tests, db,
     entities::{rental_gpus, rentals as rentals_rows},
     hosts,
     ledger::{self, Book},
@@ -207,6 +207,9 @@ async fn the_database_refuses_overlapping_holds(backend: Backend) {
     .await;
     let err = overlapping.expect_err("the database accepted an overlapping hold");
     assert!(err.to_string().contains("rental_gpus_no_overlap"), "{err}");
+    // ...and the service recognises it by constraint name (PostgreSQL) / trigger (SQLite).
+    assert!(db::Violation::Named("rental_gpus_no_overlap").matches(&err), "{err:?}");
+    assert!(!db::Violation::Unique.matches(&err), "{err:?}");
     // An inactive (released) hold does not count.
     rental_gpus::Entity::insert(rental_gpus::ActiveModel {
         rental_id: Set(rental.id),
