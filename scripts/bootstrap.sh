@@ -22,6 +22,8 @@ apt_install() {
 
 command -v cargo >/dev/null || { echo "Rust (cargo) is required: https://rustup.rs" >&2; exit 1; }
 command -v npm >/dev/null || apt_install nodejs npm
+# The agent runs renters' commands in bubblewrap sandboxes (prlimit and setpriv: util-linux).
+command -v bwrap >/dev/null || apt_install bubblewrap
 
 if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
   say "rustup target add wasm32-unknown-unknown"

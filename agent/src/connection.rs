@@ -8,7 +8,8 @@
 use crate::{
     gpu::GpuSource,
     host,
-    runtime::{ContainerRuntime, ProcessRuntime, Runtime, SimulatedRuntime, WorkloadMode},
+    runtime::{Runtimes, WorkloadMode},
+    sandbox::HostShares,
     state::AgentState,
     supervisor::{StatusUpdate, Supervisor},
     telemetry::{self, FRAMES_PER_MESSAGE, IN_FLIGHT_FRAMES, TelemetryBuffer},
@@ -16,11 +17,7 @@ use crate::{
 use cardpool_protocol::{AgentMessage, Inventory, PROTOCOL_VERSION, ServerMessage};
 use futures_util::{SinkExt, StreamExt};
 use rand::Rng;
-use std::{
-    path::PathBuf,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{path::PathBuf, sync::Mutex, time::Duration};
 use tokio::sync::{Notify, mpsc::UnboundedReceiver};
 use tokio_tungstenite::tungstenite::{self, Message, client::IntoClientRequest, http::HeaderValue};
 
@@ -89,6 +86,13 @@ fn inventory(source: &dyn GpuSource, location: &Option<String>) -> Result<Invent
     })
 }
 
+/// This host's capacity, which rentals get their GPUs' share of.
+pub fn shares(source: &dyn GpuSource) -> HostShares {
+    let host = host::host_facts(None);
+    let gpus = source.gpus().map(|g| g.len()).unwrap_or(1).max(1);
+    HostShares::new(u64::from(host.cpu_cores) * 1000, host.ram_bytes, gpus as u64)
+}
+
 /// What one agent process keeps across its connections.
 struct Agent<'a> {
     url: String,
@@ -96,6 +100,8 @@ struct Agent<'a> {
     source: &'a dyn GpuSource,
     location: Option<String>,
     supervisor: Supervisor,
+    /// The self-test's check of how workloads are isolated.
+    isolation: cardpool_protocol::SelfTestCheck,
     telemetry: Mutex<TelemetryBuffer>,
     /// Woken by the sampler after each frame.
     fresh: Notify,
@@ -113,25 +119,21 @@ pub async fn run(
     sample_interval: Duration,
 ) -> Result<(), String> {
     let url = gateway_url(&state.server)?;
-    let (process, container): (Arc<dyn Runtime>, Option<Arc<dyn Runtime>>) = match mode {
-        WorkloadMode::Simulate => (Arc::new(SimulatedRuntime), Some(Arc::new(SimulatedRuntime))),
-        WorkloadMode::Run => {
-            let container = ContainerRuntime::detect().map(|r| Arc::new(r) as Arc<dyn Runtime>);
-            if container.is_none() {
-                eprintln!(
-                    "cardpool-agent: no Docker with the NVIDIA runtime here; rentals may run commands, not images"
-                );
-            }
-            (Arc::new(ProcessRuntime), container)
-        }
-    };
-    let (supervisor, mut updates) = Supervisor::new(rentals_dir, process, container);
+    let runtimes = Runtimes::detect(mode, shares(source));
+    eprintln!("cardpool-agent: {}", runtimes.check.detail);
+    let isolation = runtimes.check.clone();
+    let (supervisor, mut updates) = Supervisor::new(rentals_dir, runtimes.process, runtimes.container);
+    let adopted = supervisor.adopt();
+    if !adopted.is_empty() {
+        eprintln!("cardpool-agent: still running from before: rentals {adopted:?}");
+    }
     let agent = Agent {
         url,
         state,
         source,
         location,
         supervisor,
+        isolation,
         telemetry: Mutex::new(TelemetryBuffer::new(telemetry::BUFFER_FRAMES)),
         fresh: Notify::new(),
     };
@@ -238,7 +240,7 @@ async fn session(agent: &Agent<'_>, backoff: &mut Backoff, updates: &mut Unbound
         return Ended::Dropped(err.to_string());
     }
 
-    let mut last_self_test = crate::selftest::run(source, &last_inventory.host);
+    let mut last_self_test = crate::selftest::run(source, &last_inventory.host, &agent.isolation);
     let Ok(frame) = send(AgentMessage::SelfTest(last_self_test.clone())).await else {
         return Ended::Refused("cannot encode self-test".into());
     };
@@ -271,7 +273,7 @@ async fn session(agent: &Agent<'_>, backoff: &mut Backoff, updates: &mut Unbound
                         AgentMessage::Inventory(current)
                     }
                     Ok(current) => {
-                        let report = crate::selftest::run(source, &current.host);
+                        let report = crate::selftest::run(source, &current.host, &agent.isolation);
                         if outcome(&report) == outcome(&last_self_test) {
                             continue;
                         }
@@ -377,14 +379,18 @@ mod tests {
         let state = AgentState { server: format!("https://127.0.0.1:{port}"), host_id: 1, credential: "cph_x".into() };
         let source = crate::gpu::simulated::SimulatedSource::new("1xL40S-48GB", "t", vec![]).unwrap();
         let url = gateway_url(&state.server).unwrap();
-        let (supervisor, mut updates) =
-            Supervisor::new(std::env::temp_dir().join("cardpool-tls-test"), Arc::new(ProcessRuntime), None);
+        let (supervisor, mut updates) = Supervisor::new(std::env::temp_dir().join("cardpool-tls-test"), None, None);
         let agent = Agent {
             url,
             state: &state,
             source: &source,
             location: None,
             supervisor,
+            isolation: cardpool_protocol::SelfTestCheck {
+                name: "isolation".into(),
+                passed: true,
+                detail: String::new(),
+            },
             telemetry: Mutex::new(TelemetryBuffer::new(10)),
             fresh: Notify::new(),
         };

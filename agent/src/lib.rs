@@ -6,6 +6,7 @@ pub mod enrollment;
 pub mod gpu;
 pub mod host;
 pub mod runtime;
+pub mod sandbox;
 pub mod selftest;
 pub mod state;
 pub mod supervisor;

@@ -9,7 +9,7 @@ use cardpool_agent::{
         simulated::{Fault, SimulatedSource},
     },
     host,
-    runtime::WorkloadMode,
+    runtime::{Runtimes, WorkloadMode},
     selftest, state,
 };
 use clap::{Args, Parser, Subcommand};
@@ -41,10 +41,6 @@ enum Command {
         state_dir: Option<PathBuf>,
         #[command(flatten)]
         source: SourceArgs,
-        /// With `--simulate`: run renters' commands for real anyway (they see the simulated
-        /// GPU indexes). Without it, simulated hosts run a stand-in process per rental.
-        #[arg(long, requires = "simulate")]
-        run_workloads: bool,
         /// How often every GPU is sampled for telemetry, milliseconds.
         #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=60_000))]
         sample_interval_ms: u64,
@@ -82,6 +78,10 @@ struct SourceArgs {
 }
 
 impl SourceArgs {
+    fn mode(&self) -> WorkloadMode {
+        if self.simulate.is_some() { WorkloadMode::Simulate } else { WorkloadMode::Run }
+    }
+
     fn open(&self, hostname: &str) -> Result<Box<dyn GpuSource>, String> {
         match &self.simulate {
             Some(spec) => {
@@ -116,13 +116,12 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             eprintln!("next: cardpool-agent run");
             Ok(ExitCode::SUCCESS)
         }
-        Command::Run { state_dir, source, run_workloads, sample_interval_ms } => {
+        Command::Run { state_dir, source, sample_interval_ms } => {
             let dir = state_dir.unwrap_or_else(state::default_dir);
             let saved = state::load(&dir)?;
             let hostname = host::host_facts(None).hostname;
             let gpus = source.open(&hostname)?;
-            let mode =
-                if source.simulate.is_some() && !run_workloads { WorkloadMode::Simulate } else { WorkloadMode::Run };
+            let mode = source.mode();
             connection::run(
                 &saved,
                 gpus.as_ref(),
@@ -170,7 +169,10 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::SelfTest { json, source } => {
             let host = host::host_facts(source.location.clone());
             let report = match source.open(&host.hostname) {
-                Ok(gpus) => selftest::run(gpus.as_ref(), &host),
+                Ok(gpus) => {
+                    let runtimes = Runtimes::detect(source.mode(), connection::shares(gpus.as_ref()));
+                    selftest::run(gpus.as_ref(), &host, &runtimes.check)
+                }
                 Err(message) => cardpool_protocol::SelfTestReport {
                     source: "NVML".into(),
                     checks: vec![cardpool_protocol::SelfTestCheck {

@@ -22,13 +22,17 @@ fn check(name: impl Into<String>, passed: bool, detail: impl Into<String>) -> Ch
     Check { name: name.into(), passed, detail: detail.into() }
 }
 
-/// Runs every check against `source`.
-pub fn run(source: &dyn GpuSource, host: &HostFacts) -> Report {
-    let mut checks = vec![check(
-        "host",
-        host.cpu_cores > 0 && host.ram_bytes > 0,
-        format!("{}, {} cores, {} GiB RAM, {}", host.cpu_model, host.cpu_cores, host.ram_bytes >> 30, host.os),
-    )];
+/// Runs every check against `source`; `isolation` is how this host isolates workloads (a host
+/// that cannot isolate them fails, and cannot be listed).
+pub fn run(source: &dyn GpuSource, host: &HostFacts, isolation: &Check) -> Report {
+    let mut checks = vec![
+        check(
+            "host",
+            host.cpu_cores > 0 && host.ram_bytes > 0,
+            format!("{}, {} cores, {} GiB RAM, {}", host.cpu_model, host.cpu_cores, host.ram_bytes >> 30, host.os),
+        ),
+        isolation.clone(),
+    ];
     match source.gpus() {
         Ok(gpus) if gpus.is_empty() => checks.push(check("gpus", false, "no GPUs found")),
         Ok(gpus) => checks.push(check(
@@ -76,6 +80,18 @@ mod tests {
     use super::*;
     use crate::gpu::simulated::{Fault, SimulatedSource};
 
+    fn isolated() -> Check {
+        check("isolation", true, "sandboxed")
+    }
+
+    #[test]
+    fn a_host_that_cannot_isolate_workloads_fails() {
+        let source = SimulatedSource::new("1xH100-80GB", "h", vec![]).unwrap();
+        let report = run(&source, &host(), &check("isolation", false, "bubblewrap is not installed"));
+        assert!(!report.passed());
+        assert!(render(&report).contains("[FAIL] isolation: bubblewrap is not installed"), "{}", render(&report));
+    }
+
     fn host() -> HostFacts {
         crate::host::host_facts(None)
     }
@@ -83,7 +99,7 @@ mod tests {
     #[test]
     fn a_healthy_simulated_host_passes() {
         let source = SimulatedSource::new("2xH100-80GB", "h", vec![]).unwrap();
-        let report = run(&source, &host());
+        let report = run(&source, &host(), &isolated());
         assert!(report.passed(), "{}", render(&report));
         assert!(render(&report).contains("PASSED"));
     }
@@ -93,7 +109,7 @@ mod tests {
         let faults =
             ["xid:0:79", "ecc:1", "overheat:2", "offbus:3", "throttle:4"].map(|f| Fault::parse(f).unwrap()).to_vec();
         let source = SimulatedSource::new("6xH100-80GB", "h", faults).unwrap();
-        let report = run(&source, &host());
+        let report = run(&source, &host(), &isolated());
         assert!(!report.passed());
         let detail = |i: usize| report.checks.iter().find(|c| c.name == format!("gpu {i}")).unwrap().clone();
         assert!(detail(0).detail.contains("XID") && !detail(0).passed);

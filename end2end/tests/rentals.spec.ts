@@ -20,6 +20,11 @@ async function balance(page: Page): Promise<bigint> {
   return micros(text);
 }
 
+/** Workloads run for real, in the demo hosts' sandboxes: a training loop, and a sweep that
+ * checkpoints on SIGTERM and keeps going until the preemption deadline. */
+const TRAIN = 'for i in $(seq 1 3600); do echo "epoch $i"; sleep 1; done';
+const SWEEP = "trap 'echo checkpointing' TERM; while :; do echo step; sleep 1; done";
+
 /** Books from the Warsaw RTX 4090 offer (2 GPUs) and returns the rental page's URL. */
 async function book(
   page: Page,
@@ -60,7 +65,7 @@ test("a renter books on-demand, watches it start, stops it and pays exactly its 
   await expect(page.getByText("give a command to run or a container image")).toBeVisible();
   await snap(page, "rent-form-error");
 
-  const url = await book(page, "on_demand", 1, "python train.py --epochs 3");
+  const url = await book(page, "on_demand", 1, TRAIN);
   // Booked → attaching → running, shown as it happens.
   await expect(page.getByTestId("rental-timeline")).toContainText("booked by the renter");
   await expect(page.getByTestId("rental-state")).toHaveText("Running", { timeout: 30_000 });
@@ -87,12 +92,12 @@ test("a renter books on-demand, watches it start, stops it and pays exactly its 
 test("a spot rental preempted by an on-demand booking gets its notice and ends as preempted", async ({ page }) => {
   test.setTimeout(150_000);
   await signIn(page, "renter@demo.cardpool.dev");
-  const spot = await book(page, "spot", 1, "python sweep.py", "0.20");
+  const spot = await book(page, "spot", 1, SWEEP, "0.20");
   await expect(page.getByTestId("rental-state")).toHaveText("Running", { timeout: 30_000 });
   await expect(page.getByText("Your bid: $0.20/GPU-h")).toBeVisible();
 
   // On-demand for both GPUs of that host needs the spot rental's GPU.
-  const onDemand = await book(page, "on_demand", 2, "python train.py");
+  const onDemand = await book(page, "on_demand", 2, TRAIN);
   await page.goto(spot);
   await expect(page.getByTestId("rental-state")).toHaveText("Preempting");
   await expect(page.getByTestId("rental-notice")).toContainText("Preempted: this spot rental stops at");
@@ -116,7 +121,7 @@ test("a reserved window is prepaid, runs when it begins and is paid in full when
   const seconds = new Date().getUTCSeconds();
   if (seconds > 40) await page.waitForTimeout((61 - seconds) * 1000);
   const start = new Date().toISOString().slice(0, 16);
-  const url = await book(page, "reserved", 1, "python train.py", undefined, { start, hours: "1" });
+  const url = await book(page, "reserved", 1, TRAIN, undefined, { start, hours: "1" });
   await expect(page.getByTestId("rental-window")).toContainText("UTC");
   await expect(page.getByTestId("rental-state")).toHaveText("Running", { timeout: 30_000 });
   await snap(page, "rental-reserved");

@@ -56,8 +56,12 @@ pub struct Config {
     pub sign_in_window_secs: u64,
     /// How often agents send a heartbeat, seconds.
     pub heartbeat_interval_secs: u64,
-    /// A host silent for this long is marked offline, seconds.
+    /// A host silent for this long is marked offline (its rentals interrupted), seconds. A
+    /// dropped connection alone does not: the agent reconnects within it and rentals go on.
     pub host_offline_grace_secs: u64,
+    /// How long agents may take to reconnect after the server starts (their backoff reaches
+    /// 60 s), seconds: no host is judged before the grace plus this has passed.
+    pub agent_reconnect_secs: u64,
     /// The platform's cut of usage, basis points (1000 = 10 %).
     pub platform_fee_bps: u32,
     /// Provider earnings stay pending this many hours before they can be paid out.
@@ -104,6 +108,7 @@ impl Default for Config {
             sign_in_window_secs: 15 * 60,
             heartbeat_interval_secs: 5,
             host_offline_grace_secs: 20,
+            agent_reconnect_secs: 60,
             platform_fee_bps: 1000,
             earnings_hold_hours: 24,
             stripe_secret_key: None,

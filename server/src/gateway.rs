@@ -129,10 +129,10 @@ async fn serve_agent(
     options.metrics.agents_connected.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     serve_connected(&services, &host, &credential, &options, &mut tx, &mut rx).await;
     options.metrics.agents_connected.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-    if let Err(err) = hosts::record_disconnect(&services, &host).await {
-        tracing::warn!(host.id = host.id, error = %err, "could not record disconnect");
-    }
-    tracing::info!(host.id = host.id, "agent disconnected");
+    // A closed connection is not an offline host: the agent reconnects within the offline grace
+    // and its rentals go on; only the reaper, judging silence, takes a host offline. So a stale
+    // socket closing late can never mark a host that has already reconnected.
+    tracing::info!(host.id = host.id, "agent disconnected; offline if silent past the grace");
 }
 
 /// The connection after a welcome: commands out, reports in, until either side goes.

@@ -183,6 +183,7 @@ async fn serve(config_file: Option<&std::path::Path>, args: ServeArgs) -> anyhow
     workers::spawn(
         &services,
         std::time::Duration::from_secs(config.host_offline_grace_secs),
+        std::time::Duration::from_secs(config.host_offline_grace_secs + config.agent_reconnect_secs),
         std::time::Duration::from_secs(config.billing_interval_secs),
     );
 

@@ -7,7 +7,12 @@ use tower_sessions::ExpiredDeletion;
 /// Starts the background workers: the host liveness reaper, rental billing and schedules
 /// (reservation windows, scheduled preemptions), expired-session cleanup, the retry of payouts
 /// Stripe has not confirmed, the telemetry retention policy, and an hourly audit of the ledger.
-pub fn spawn(services: &Services, offline_grace: Duration, billing_interval: Duration) {
+///
+/// The reaper judges no host until `reconnect_hold` has passed since the server started or
+/// since its own last failure: after a restart, an upgrade or a database outage, agents that
+/// are backing off need that long to reconnect and be heard, and a host is offline only when it
+/// is silent, not when we were.
+pub fn spawn(services: &Services, offline_grace: Duration, reconnect_hold: Duration, billing_interval: Duration) {
     let biller = services.clone();
     tokio::spawn(async move {
         let mut every = tokio::time::interval(billing_interval.clamp(Duration::from_secs(1), Duration::from_secs(60)));
@@ -32,12 +37,19 @@ pub fn spawn(services: &Services, offline_grace: Duration, billing_interval: Dur
     let reaper = services.clone();
     tokio::spawn(async move {
         let mut every = tokio::time::interval((offline_grace / 4).max(Duration::from_millis(250)));
+        let mut judge_from = tokio::time::Instant::now() + reconnect_hold;
         loop {
             every.tick().await;
+            if tokio::time::Instant::now() < judge_from {
+                continue;
+            }
             match hosts::mark_silent_hosts_offline(&reaper, offline_grace).await {
                 Ok(ids) if !ids.is_empty() => tracing::info!(?ids, "hosts missed their heartbeats; marked offline"),
                 Ok(_) => {}
-                Err(err) => tracing::warn!(error = %err, "liveness sweep failed; will retry"),
+                Err(err) => {
+                    tracing::warn!(error = %err, "liveness sweep failed; hosts are judged again after the hold");
+                    judge_from = tokio::time::Instant::now() + reconnect_hold;
+                }
             }
         }
     });

@@ -239,11 +239,6 @@ pub async fn mark_silent_hosts_offline(services: &Services, grace: std::time::Du
     Ok(marked)
 }
 
-/// The agent closed its connection: the host is offline now rather than after the grace.
-pub async fn record_disconnect(services: &Services, host: &hosts::Model) -> AppResult<()> {
-    set_offline(services, host.id, "agent disconnected").await.map(|_| ())
-}
-
 /// Moves an online host offline, recording why. Returns whether it was online.
 async fn set_offline(services: &Services, host_id: i64, reason: &str) -> AppResult<bool> {
     let now = Utc::now();
@@ -270,7 +265,7 @@ async fn set_offline(services: &Services, host_id: i64, reason: &str) -> AppResu
             .await
             .context("loading host")?
             .and_then(|h| h.last_heartbeat_at);
-        crate::rentals::interrupt_host(services, host_id, last_heartbeat).await?;
+        crate::rentals::interrupt_host(services, host_id, last_heartbeat, "the host went offline").await?;
     }
     Ok(changed)
 }
@@ -473,6 +468,8 @@ pub async fn revoke_host(services: &Services, principal: &Principal, host_id: i6
     crate::stock::refresh_stock(&txn, host_id).await?;
     txn.commit().await.context("committing revocation")?;
     tracing::info!(host.id = host_id, by = principal.user_id, "host revoked");
+    // Its rentals end now, billed to this moment (the agent is cut off and runs nothing more).
+    crate::rentals::interrupt_host(services, host_id, Some(now), "the host was revoked by its provider").await?;
     Ok(())
 }
 

@@ -135,7 +135,7 @@ fn RentForm() -> impl IntoView {
                 </div>
                 <fieldset class="space-y-4">
                     <legend class="text-sm font-medium text-slate-800">"Workload"</legend>
-                    {text_field("command", "Command", "e.g. python train.py --epochs 3", "Runs with only your GPUs visible (CUDA_VISIBLE_DEVICES).")}
+                    {text_field("command", "Command", "e.g. python train.py --epochs 3", "Runs in a sandbox with only your GPUs (CUDA_VISIBLE_DEVICES lists their UUIDs); /workspace is yours.")}
                     {text_field("image", "…or a container image", "e.g. nvcr.io/nvidia/pytorch:24.05-py3", "Hosts with Docker and the NVIDIA runtime run images.")}
                     <p class="text-sm text-red-700" class:hidden=move || workload_error.get().is_none()>{move || workload_error.get()}</p>
                     <div class="space-y-1">

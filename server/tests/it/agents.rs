@@ -108,7 +108,7 @@ async fn enroll_run_inventory_offline_and_reconnect(backend: Backend) {
     .await;
     let reasons: Vec<&str> =
         detail["events"].as_array().unwrap().iter().rev().map(|e| e["reason"].as_str().unwrap()).collect();
-    assert_eq!(reasons, vec!["enrolled", "agent connected", "agent disconnected", "agent connected"]);
+    assert_eq!(reasons, vec!["enrolled", "agent connected", "missed heartbeats", "agent connected"]);
     again.abort();
 }
 

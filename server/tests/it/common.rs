@@ -41,7 +41,7 @@ impl TestApp {
     pub async fn spawn_with_agents(backend: Backend) -> Self {
         let config = Config { heartbeat_interval_secs: 1, host_offline_grace_secs: 2, ..Config::default() };
         let app = Self::spawn_configured(backend, Settings::default(), config).await;
-        workers::spawn(&app.services, Duration::from_secs(2), Duration::from_secs(1));
+        workers::spawn(&app.services, Duration::from_secs(2), Duration::ZERO, Duration::from_secs(1));
         app
     }
 

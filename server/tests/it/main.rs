@@ -8,4 +8,5 @@ mod common;
 mod http;
 mod payments;
 mod rentals;
+mod survival;
 mod telemetry;

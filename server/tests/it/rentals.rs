@@ -1,4 +1,4 @@
-//! Rentals end to end over HTTP with a real agent (in-process, simulated GPUs, the process
+//! Rentals end to end over HTTP with a real agent (in-process, simulated GPUs, the sandbox
 //! runtime running real shell commands), on SQLite and PostgreSQL: a spot rental runs with only
 //! its GPU visible, is preempted by an on-demand booking (SIGTERM + notice file, then
 //! `preempted`), the on-demand rental runs, is stopped and billed exactly.
@@ -19,7 +19,7 @@ async fn a_spot_rental_is_preempted_by_on_demand_and_billing_is_exact(backend: B
     let mut settings = Settings::default();
     settings.rentals.preemption_notice_secs = 2;
     let app = TestApp::spawn_configured(backend, settings, config).await;
-    workers::spawn(&app.services, Duration::from_secs(5), Duration::from_secs(1));
+    workers::spawn(&app.services, Duration::from_secs(5), Duration::ZERO, Duration::from_secs(1));
 
     // A provider's host with two simulated H100s, priced and listed, its agent connected.
     let provider = app.provider("provider@example.com").await;
@@ -86,7 +86,9 @@ async fn a_spot_rental_is_preempted_by_on_demand_and_billing_is_exact(backend: B
         preempted["events"].as_array().unwrap().iter().filter_map(|e| e["state"].as_str()).collect();
     assert_eq!(states, ["requested", "provisioning", "running", "preempting", "preempted"], "{preempted}");
     let log = std::fs::read_to_string(rentals_dir.join(format!("{spot_id}/workload.log"))).unwrap();
-    assert!(log.contains(&format!("gpus={index}\n")), "only its GPU is visible: {log}");
+    let host = hosts::get_host(&app.services, &owner, state.host_id).await.unwrap();
+    let uuid = &host.gpus.iter().find(|g| g.index as u64 == index).unwrap().uuid;
+    assert!(log.contains(&format!("gpus={uuid}\n")), "only its GPU is visible: {log}");
     assert!(log.contains("\"reason\":\"preempted\""), "the notice reached the workload: {log}");
     let billed = preempted["rental"]["billed_seconds"].as_i64().unwrap();
     assert_eq!(preempted["rental"]["charged_micros"].as_i64().unwrap(), rentals::cost(1_000_000, 1, billed));

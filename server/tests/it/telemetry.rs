@@ -86,7 +86,7 @@ backend_tests!(
 async fn two_minutes_disconnected_then_every_frame_is_stored_once(backend: Backend) {
     let config = Config { heartbeat_interval_secs: 1, host_offline_grace_secs: 2, ..Config::default() };
     let app = TestApp::spawn_configured(backend, Settings::default(), config).await;
-    workers::spawn(&app.services, Duration::from_secs(2), Duration::from_secs(1));
+    workers::spawn(&app.services, Duration::from_secs(2), Duration::ZERO, Duration::from_secs(1));
     let relay = Relay::start(app.base.trim_start_matches("http://").to_owned()).await;
     let (_provider, state) = provider_with_host(&app, &format!("http://127.0.0.1:{}", relay.port), "rig").await;
     let host = state.host_id;
@@ -162,7 +162,7 @@ async fn the_live_feed_shows_a_renter_only_their_gpus_and_metrics_need_the_token
         ..Config::default()
     };
     let app = TestApp::spawn_configured(backend, Settings::default(), config).await;
-    workers::spawn(&app.services, Duration::from_secs(5), Duration::from_secs(1));
+    workers::spawn(&app.services, Duration::from_secs(5), Duration::ZERO, Duration::from_secs(1));
     let (provider, state) = provider_with_host(&app, &app.base, "rig").await;
     let host = state.host_id;
     let agent = tokio::spawn(async move {

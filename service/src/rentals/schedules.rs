@@ -106,8 +106,14 @@ pub async fn run_schedules(services: &Services) -> AppResult<()> {
     Ok(())
 }
 
-/// A host went offline: its started rentals are interrupted, billed up to its last heartbeat.
-pub async fn interrupt_host(services: &Services, host_id: i64, last_heartbeat: Option<DateTime<Utc>>) -> AppResult<()> {
+/// A host went offline (or was revoked): its started rentals are interrupted, billed up to its
+/// last heartbeat.
+pub async fn interrupt_host(
+    services: &Services,
+    host_id: i64,
+    last_heartbeat: Option<DateTime<Utc>>,
+    reason: &str,
+) -> AppResult<()> {
     let now = Utc::now();
     let affected: Vec<rentals::Model> = rentals::Entity::find()
         .filter(rentals::Column::HostId.eq(host_id))
@@ -126,7 +132,7 @@ pub async fn interrupt_host(services: &Services, host_id: i64, last_heartbeat: O
                 update.billing_ends_at = Set(Some(until));
             }
             let rental = update.update(&txn).await.context("ending billing")?;
-            let rental = apply(&txn, rental, RentalState::Interrupted, "the host went offline", now).await?;
+            let rental = apply(&txn, rental, RentalState::Interrupted, reason, now).await?;
             after_change(services, &txn, rental, now).await?;
         }
         stock::refresh_stock(&txn, host_id).await?;

@@ -1,0 +1,3 @@
+//! The agent's integration tests: one binary (see `server/tests/it`).
+
+mod sandbox;

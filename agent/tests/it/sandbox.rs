@@ -1,0 +1,272 @@
+//! Hostile workloads against the real sandbox (bubblewrap, installed by `scripts/bootstrap.sh`):
+//! each tries to reach what is not its own, and the test shows every attempt fail. Run as root
+//! (as CI does and as a provider's agent service does) it also checks that each rental runs as
+//! its own host uid and that a fork bomb hits the rental's process cap.
+
+use cardpool_agent::{
+    runtime::Runtime,
+    sandbox::{HostShares, SandboxRuntime, rental_uid},
+    state::{self, AgentState},
+    supervisor::{StatusUpdate, Supervisor},
+};
+use cardpool_protocol::{AttachSpec, WorkloadStatus};
+use std::{path::Path, sync::Arc, time::Duration};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+/// Processes a rental may have per GPU in this test (the fork bomb's ceiling).
+const PIDS_PER_GPU: u64 = 48;
+
+fn spec(rental_id: i64, gpu: u32, command: &str, env: &[&str]) -> AttachSpec {
+    AttachSpec {
+        rental_id,
+        gpu_indexes: vec![gpu],
+        gpu_uuids: vec![format!("GPU-stand-in-{gpu}")],
+        command: Some(command.into()),
+        image: None,
+        env: env.iter().map(|e| (*e).to_owned()).collect(),
+        ssh_public_key: None,
+    }
+}
+
+async fn until(
+    rx: &mut UnboundedReceiver<StatusUpdate>,
+    rental_id: i64,
+    wanted: fn(&WorkloadStatus) -> bool,
+) -> WorkloadStatus {
+    loop {
+        let (id, status) =
+            tokio::time::timeout(Duration::from_secs(30), rx.recv()).await.expect("status in time").expect("open");
+        if id == rental_id && wanted(&status) {
+            return status;
+        }
+    }
+}
+
+async fn log_contains(dir: &Path, rental_id: i64, needle: &str) -> String {
+    let path = dir.join(rental_id.to_string()).join("workload.log");
+    for _ in 0..200 {
+        let log = std::fs::read_to_string(&path).unwrap_or_default();
+        if log.contains(needle) {
+            return log;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{} never showed {needle:?}: {}", path.display(), std::fs::read_to_string(&path).unwrap_or_default());
+}
+
+/// Host pids whose command line is exactly `marker` (words separated by spaces).
+fn processes_with(marker: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).trim_end_matches('\0').replace('\0', " ") == marker)
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+fn host_uid(pid: i32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("Uid:"))?.split_whitespace().next()?.parse().ok()
+}
+
+#[tokio::test]
+async fn hostile_workloads_reach_nothing_that_is_not_theirs() {
+    let root = std::env::temp_dir().join(format!("cardpool-sandbox-it-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    // The agent's state directory with its credential, and stand-in GPU device nodes.
+    let state_dir = root.join("state");
+    let credential = state::save(
+        &state_dir,
+        &AgentState { server: "http://x".into(), host_id: 1, credential: "cph_top_secret".into() },
+    )
+    .unwrap();
+    let dev = root.join("dev");
+    std::fs::create_dir_all(&dev).unwrap();
+    for node in ["nvidia0", "nvidia1", "nvidia2", "nvidia3", "nvidiactl"] {
+        std::fs::write(dev.join(node), format!("stand-in {node}\n")).unwrap();
+    }
+    let rentals = state_dir.join("rentals");
+    let runtime =
+        SandboxRuntime::detect(HostShares { pids_per_gpu: PIDS_PER_GPU, ..HostShares::new(2000, 4 << 30, 4) })
+            .unwrap_or_else(|why| panic!("{why}; run scripts/bootstrap.sh"))
+            .with_dev_root(dev.clone());
+    eprintln!("{}", runtime.describe());
+    let process: Arc<dyn Runtime> = Arc::new(runtime);
+    let (supervisor, mut rx) = Supervisor::new(rentals.clone(), Some(process), None);
+
+    // The victim: another renter with a secret in its workspace and its environment.
+    supervisor.attach(spec(
+        21,
+        2,
+        "echo victim-data > secret; echo ready; exec sleep 3121",
+        &["TOKEN=victim-env-secret"],
+    ));
+    until(&mut rx, 21, |s| *s == WorkloadStatus::Ready).await;
+    log_contains(&rentals, 21, "ready").await;
+
+    let credential_path = credential.display().to_string();
+    let victim = rentals.join("21/workspace/secret").display().to_string();
+    let hostile = format!(
+        r#"try() {{ name=$1; shift; if "$@" >/dev/null 2>&1; then echo "LEAK: $name"; else echo "blocked: $name"; fi; }}
+try credential cat {credential_path}
+try credential-search sh -c 'find / -path /proc -prune -o -name host.json -print 2>/dev/null | grep -q .'
+try other-workspace cat {victim}
+try other-environment sh -c 'cat /proc/*/environ 2>/dev/null | tr "\0" "\n" | grep -q victim-env-secret'
+try other-processes sh -c 'ls /proc | grep -E "^[0-9]+$" | wc -l | grep -qvE "^[1-9]$"'
+try widen-gpus env -u CUDA_VISIBLE_DEVICES cat /dev/nvidia2
+try other-gpu cat /dev/nvidia0
+try write-system touch /usr/bin/planted
+try write-etc touch /etc/planted
+try started-descriptor sh -c 'echo forged >&4'
+try redirect-notice ln -sf /workspace/owned "$CARDPOOL_PREEMPT_NOTICE_FILE"
+echo "own-gpu: $(cat /dev/nvidia1)"
+echo "visible: $CUDA_VISIBLE_DEVICES"
+echo "devices: $(ls /dev | grep nvidia | tr '\n' ' ')"
+echo "inside-uid: $(id -u)"
+setsid sh -c 'exec sleep 3131' >/dev/null 2>&1 &
+( sh -c 'sleep 3132 &' & ) 
+echo probed
+exec sleep 3133
+"#
+    );
+    supervisor.attach(spec(22, 1, &hostile, &[]));
+    until(&mut rx, 22, |s| *s == WorkloadStatus::Ready).await;
+    let log = log_contains(&rentals, 22, "probed").await;
+    eprintln!("{log}");
+    for attempt in [
+        "credential",
+        "credential-search",
+        "other-workspace",
+        "other-environment",
+        "other-processes",
+        "widen-gpus",
+        "other-gpu",
+        "write-system",
+        "write-etc",
+        "started-descriptor",
+        "redirect-notice",
+    ] {
+        assert!(log.contains(&format!("blocked: {attempt}\n")), "{attempt} not blocked:\n{log}");
+    }
+    assert!(!log.contains("LEAK"), "{log}");
+    assert!(log.contains("own-gpu: stand-in nvidia1"), "{log}");
+    assert!(log.contains("visible: GPU-stand-in-1\n"), "{log}");
+    assert!(log.contains("devices: nvidia1 nvidiactl \n"), "{log}");
+    assert!(log.contains("inside-uid: 1000"), "{log}");
+    let escapees = ["sleep 3131", "sleep 3132", "sleep 3133"];
+    for marker in escapees {
+        let pids = processes_with(marker);
+        assert_eq!(pids.len(), 1, "{marker}: {pids:?}");
+        if let Some(uid) = rental_uid(22).filter(|_| nix::unistd::geteuid().is_root()) {
+            assert_eq!(host_uid(pids[0]), Some(uid), "{marker} runs as the rental's own uid");
+        }
+    }
+
+    // A preemption notice lands in the agent's directory, not where a link would send it.
+    supervisor.preempt(22, Duration::from_secs(1)).await;
+    until(&mut rx, 22, |s| matches!(s, WorkloadStatus::Exited { .. })).await;
+    let notice = rentals.join("22/cardpool/preempt-notice");
+    assert!(std::fs::symlink_metadata(&notice).unwrap().file_type().is_file());
+    assert!(std::fs::read_to_string(&notice).unwrap().contains("\"reason\":\"preempted\""));
+    assert!(!rentals.join("22/workspace/owned").exists());
+    // Stopped means gone: the setsid child and the double fork went with it.
+    for marker in escapees {
+        assert!(processes_with(marker).is_empty(), "{marker} outlived the rental");
+    }
+    // The victim never noticed.
+    assert_eq!(supervisor.running(), vec![21]);
+
+    // A fork bomb hits the rental's process cap and takes nothing else down.
+    let capped = nix::unistd::geteuid().is_root();
+    if capped {
+        supervisor.attach(spec(23, 3, "bomb() { bomb | bomb & }; bomb; sleep 3141", &[]));
+        until(&mut rx, 23, |s| *s == WorkloadStatus::Ready).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let uid = rental_uid(23).unwrap();
+        let count = std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| host_uid(*pid) == Some(uid))
+            .count() as u64;
+        eprintln!("fork bomb: {count} processes (cap {PIDS_PER_GPU})");
+        assert!(count > 0 && count <= PIDS_PER_GPU, "{count} processes");
+        supervisor.detach(23);
+        until(&mut rx, 23, |s| matches!(s, WorkloadStatus::Exited { .. })).await;
+        let left = std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| host_uid(*pid) == Some(uid))
+            .count();
+        assert_eq!(left, 0, "the bomb's processes outlived the rental");
+    } else {
+        eprintln!("not root: no per-rental uid, so the fork-bomb cap is the cgroup's (not checked here)");
+    }
+    supervisor.detach(21);
+    until(&mut rx, 21, |s| matches!(s, WorkloadStatus::Exited { .. })).await;
+    assert!(processes_with("sleep 3121").is_empty());
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[tokio::test]
+async fn a_new_agent_adopts_the_workloads_of_the_last_one() {
+    let root = std::env::temp_dir().join(format!("cardpool-sandbox-adopt-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let runtime = || -> Option<Arc<dyn Runtime>> {
+        let runtime = SandboxRuntime::detect(HostShares::new(2000, 4 << 30, 4))
+            .unwrap_or_else(|why| panic!("{why}; run scripts/bootstrap.sh"));
+        Some(Arc::new(runtime))
+    };
+    // The first agent starts a workload, then goes away (a crash or an upgrade).
+    let (first, mut rx) = Supervisor::new(root.clone(), runtime(), None);
+    first.attach(spec(31, 0, "trap 'echo got-term; exit 7' TERM; echo up; while :; do sleep 1; done", &[]));
+    until(&mut rx, 31, |s| *s == WorkloadStatus::Ready).await;
+    log_contains(&root, 31, "up").await;
+    drop((first, rx));
+
+    // The next agent finds it running, reports it ready and can still stop it.
+    let (second, mut rx) = Supervisor::new(root.clone(), runtime(), None);
+    assert_eq!(second.adopt(), vec![31]);
+    assert_eq!(until(&mut rx, 31, |_| true).await, WorkloadStatus::Ready);
+    assert_eq!(second.running(), vec![31]);
+    assert_eq!(second.gpu_use()[0].gpu_indexes, vec![0]);
+    // Attaching again (the server repeats its commands) does not start a second copy.
+    second.attach(spec(31, 0, "echo second-copy", &[]));
+    assert_eq!(until(&mut rx, 31, |_| true).await, WorkloadStatus::Ready);
+    second.detach(31);
+    assert_eq!(until(&mut rx, 31, |_| true).await, WorkloadStatus::Exited { code: Some(7) });
+    let log = std::fs::read_to_string(root.join("31/workload.log")).unwrap();
+    assert!(log.contains("got-term") && !log.contains("second-copy"), "{log}");
+    // A third agent has nothing to adopt.
+    let (third, _rx) = Supervisor::new(root.clone(), runtime(), None);
+    assert!(third.adopt().is_empty());
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[tokio::test]
+async fn a_sandbox_that_cannot_start_fails_with_its_reason_and_is_never_ready() {
+    if !nix::unistd::geteuid().is_root() {
+        return eprintln!("needs root: the unreadable device directory is what stops the sandbox here");
+    }
+    let root = std::env::temp_dir().join(format!("cardpool-sandbox-fail-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    // Device nodes the rental's uid cannot reach: bubblewrap refuses to build the sandbox.
+    let dev = root.join("private/dev");
+    std::fs::create_dir_all(&dev).unwrap();
+    std::fs::write(dev.join("nvidia0"), "x").unwrap();
+    std::fs::set_permissions(root.join("private"), std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let runtime = SandboxRuntime::detect(HostShares::new(2000, 4 << 30, 4)).unwrap().with_dev_root(dev);
+    let (supervisor, mut rx) = Supervisor::new(root.join("rentals"), Some(Arc::new(runtime)), None);
+    supervisor.attach(spec(41, 0, "echo never", &[]));
+    assert_eq!(until(&mut rx, 41, |_| true).await, WorkloadStatus::Provisioning);
+    match until(&mut rx, 41, |_| true).await {
+        WorkloadStatus::Failed { reason } => {
+            assert!(reason.contains("did not start") && reason.contains("Permission denied"), "{reason}")
+        }
+        other => panic!("expected a failure before ready, got {other:?}"),
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}

@@ -1,0 +1,127 @@
+//! Rentals survive what a real network and real upgrades do to them (SQLite and PostgreSQL,
+//! with a real agent running the workload in its sandbox): the agent dying and coming back
+//! within the offline grace leaves the rental running and billed for every second, with the
+//! same workload (adopted, not restarted); only a host silent past the grace is offline, its
+//! rental interrupted and billed to the last heartbeat; and an agent still running a workload
+//! the server has ended is told to stop it.
+
+use crate::common::{TestApp, eventually};
+use cardpool_agent::{
+    connection, enrollment, gpu::simulated::SimulatedSource, runtime::WorkloadMode, state::AgentState,
+};
+use cardpool_domain::host::GpuModelPrice;
+use cardpool_server::{config::Config, workers};
+use cardpool_service::{Settings, accounts, backend_tests, hosts, testing::Backend};
+use chrono::{DateTime, Utc};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use std::{path::Path, time::Duration};
+use tokio::task::JoinHandle;
+
+const MODEL: &str = "NVIDIA H100 80GB HBM3";
+const GRACE: Duration = Duration::from_secs(5);
+/// Prints one line when it starts, then runs until stopped.
+const WORKLOAD: &str = "echo started; while :; do sleep 1; done";
+
+/// The agent, as `cardpool-agent run` would be: dying with its task (like kill -9), its
+/// sandboxes left running.
+fn agent(state: &AgentState, dir: &Path) -> JoinHandle<Result<(), String>> {
+    let (state, dir) = (state.clone(), dir.to_path_buf());
+    tokio::spawn(async move {
+        let source = SimulatedSource::new("1xH100-80GB", "rig", vec![]).unwrap();
+        connection::run(&state, &source, None, dir, WorkloadMode::Run, Duration::from_secs(1)).await
+    })
+}
+
+async fn book(app: &TestApp, renter: &reqwest::Client, host_id: i64) -> i64 {
+    let res = renter
+        .post(app.url("/api/v1/rentals"))
+        .json(&json!({"host_id": host_id, "gpu_model": MODEL, "gpu_count": 1, "workload": {"command": WORKLOAD}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::CREATED);
+    res.json::<Value>().await.unwrap()["id"].as_i64().unwrap()
+}
+
+fn started_lines(dir: &std::path::Path, rental_id: i64) -> usize {
+    let log = std::fs::read_to_string(dir.join(format!("{rental_id}/workload.log"))).unwrap_or_default();
+    log.lines().filter(|l| *l == "started").count()
+}
+
+fn running_since(rental: &Value) -> DateTime<Utc> {
+    rental["rental"]["running_since"].as_str().unwrap().parse().unwrap()
+}
+
+async fn rentals_survive_agent_restarts_and_end_only_after_the_grace(backend: Backend) {
+    let config = Config { heartbeat_interval_secs: 1, host_offline_grace_secs: GRACE.as_secs(), ..Config::default() };
+    let app = TestApp::spawn_configured(backend, Settings::default(), config).await;
+    workers::spawn(&app.services, GRACE, Duration::ZERO, Duration::from_secs(1));
+    let provider = app.provider("provider@example.com").await;
+    let token = app.enrollment_token(&provider, "Lab").await;
+    let state = enrollment::enroll(&app.base, &token, "rig").await.unwrap();
+    let dir = std::env::temp_dir().join(format!("cardpool-survival-{}-{backend:?}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let first = agent(&state, &dir);
+    let owner = accounts::principal_for_email(&app.services, "provider@example.com").await.unwrap();
+    eventually(Duration::from_secs(10), "inventory arriving", async || {
+        (hosts::get_host(&app.services, &owner, state.host_id).await.unwrap().gpus.len() == 1).then_some(())
+    })
+    .await;
+    let price = GpuModelPrice {
+        gpu_model: MODEL.into(),
+        on_demand_micros: 3_600_000,
+        reserved_micros: 3_000_000,
+        spot_min_bid_micros: 1_000_000,
+    };
+    hosts::update_host_pricing(&app.services, &owner, state.host_id, &price).await.unwrap();
+    hosts::set_host_listed(&app.services, &owner, state.host_id, true).await.unwrap();
+    let renter = app.funded_renter("renter@example.com", 20).await;
+
+    // The agent dies (kill -9, an upgrade) and is back two seconds later.
+    let id = book(&app, &renter, state.host_id).await;
+    let running = app.wait_for_rental_state(&renter, id, "running", Duration::from_secs(15)).await;
+    first.abort();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let second = agent(&state, &dir);
+    // Well past the grace, the rental still runs the same workload: adopted, not restarted.
+    tokio::time::sleep(GRACE + Duration::from_secs(3)).await;
+    let after = app.rental(&renter, id).await;
+    assert_eq!(after["rental"]["state"], "running", "{after}");
+    assert_eq!(started_lines(&dir, id), 1, "the workload was started again");
+    let host = hosts::get_host(&app.services, &owner, state.host_id).await.unwrap();
+    assert_eq!(host.host.status.as_str(), "online");
+    // Billed for every second of it, the blip included.
+    let res = renter.post(app.url(&format!("/api/v1/rentals/{id}/stop"))).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let stop_asked = Utc::now();
+    let ended = app.wait_for_rental_state(&renter, id, "ended", Duration::from_secs(20)).await;
+    let billed = ended["rental"]["billed_seconds"].as_i64().unwrap();
+    let ran = (stop_asked - running_since(&running)).num_seconds();
+    assert!((ran - 1..=ran + 1).contains(&billed), "billed {billed} s of {ran} s: {ended}");
+
+    // Silent past the grace (the agent is gone for good): interrupted, billed to the last
+    // heartbeat.
+    let id = book(&app, &renter, state.host_id).await;
+    let running = app.wait_for_rental_state(&renter, id, "running", Duration::from_secs(15)).await;
+    second.abort();
+    let silenced = Utc::now();
+    let interrupted = app.wait_for_rental_state(&renter, id, "interrupted", GRACE * 3).await;
+    let billed = interrupted["rental"]["billed_seconds"].as_i64().unwrap();
+    let heard = (silenced - running_since(&running)).num_seconds();
+    assert!(billed <= heard + 1, "billed {billed} s, last heard after {heard} s: {interrupted}");
+
+    // Its sandbox outlived the agent; the agent that comes back adopts it, reports it, and is
+    // told to stop it, since the server has ended that rental.
+    assert_eq!(started_lines(&dir, id), 1);
+    let third = agent(&state, &dir);
+    eventually(Duration::from_secs(20), "the ended rental's workload stopped", async || {
+        let status = cardpool_agent::sandbox::SandboxStatus::read(&dir.join(id.to_string()));
+        (!status.alive()).then_some(())
+    })
+    .await;
+    third.abort();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+backend_tests!(rentals_survive_agent_restarts_and_end_only_after_the_grace);
