@@ -125,3 +125,62 @@ async fn rentals_survive_agent_restarts_and_end_only_after_the_grace(backend: Ba
 }
 
 backend_tests!(rentals_survive_agent_restarts_and_end_only_after_the_grace);
+
+/// The server was down (an upgrade) for half a minute: every host's last heartbeat is that old
+/// when it starts. Its reaper judges nobody until agents have had time to reconnect, so the
+/// rental that ran through the outage goes on; a host that stays silent is judged after that.
+async fn a_server_restart_interrupts_nothing(backend: Backend) {
+    use cardpool_domain::{
+        offers::RentalKind,
+        rentals::{BookOfferRequest, Workload},
+    };
+    use cardpool_service::{entities::hosts as host_rows, rentals, testing};
+    use sea_orm::{ActiveModelTrait, ActiveValue::Set, EntityTrait, IntoActiveModel};
+
+    let app = TestApp::spawn(backend).await;
+    let services = &app.services;
+    let provider = testing::provider(services, "owner@example.com").await;
+    let host_id = testing::host(services, &provider, "storm").await;
+    let renter = testing::renter(services, "renter@example.com").dollars(20).await;
+    let request = BookOfferRequest {
+        host_id,
+        gpu_model: MODEL.into(),
+        gpu_count: 1,
+        kind: RentalKind::OnDemand,
+        workload: Workload { command: Some(WORKLOAD.into()), ..Workload::default() },
+        bid_micros: None,
+        starts_at: None,
+        hours: None,
+        stop_when_idle: false,
+    };
+    let rental = rentals::book_offer(services, &renter, &request).await.unwrap();
+    rentals::record_workload_status(services, host_id, rental.id, &cardpool_protocol::WorkloadStatus::Ready)
+        .await
+        .unwrap();
+    let host = host_rows::Entity::find_by_id(host_id).one(&services.db).await.unwrap().unwrap();
+    let mut stale = host.clone().into_active_model();
+    stale.last_heartbeat_at = Set(Some(Utc::now() - chrono::Duration::seconds(30)));
+    stale.update(&services.db).await.unwrap();
+
+    // Up again: grace 1 s, agents get 3 s more to reconnect. This one is back after 2 s.
+    let hold = Duration::from_secs(4);
+    workers::spawn(services, Duration::from_secs(1), hold, Duration::from_secs(1));
+    let started = tokio::time::Instant::now();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    while started.elapsed() < hold + Duration::from_secs(2) {
+        hosts::record_heartbeat(services, &host).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let detail = rentals::get_rental(services, &renter, rental.id).await.unwrap();
+    assert_eq!(detail.rental.state.as_str(), "running", "{:?}", detail.events);
+    let owner = hosts::get_host(services, &provider, host_id).await.unwrap();
+    assert_eq!(owner.host.status.as_str(), "online");
+    // Silent from now on: judged as any host is, within the grace.
+    eventually(Duration::from_secs(5), "the silent host interrupted", async || {
+        let detail = rentals::get_rental(services, &renter, rental.id).await.unwrap();
+        (detail.rental.state.as_str() == "interrupted").then_some(())
+    })
+    .await;
+}
+
+backend_tests!(a_server_restart_interrupts_nothing);

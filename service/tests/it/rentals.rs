@@ -328,6 +328,26 @@ async fn a_host_going_offline_interrupts_its_rentals(backend: Backend) {
     assert!(offers::list_offers(&services, &OfferQuery::default()).await.unwrap().offers.is_empty());
 }
 
+async fn revoking_a_host_ends_and_settles_its_rentals_at_once(backend: Backend) {
+    let (_db, services, provider, host_id) = market(backend, 2).await;
+    let renter = testing::renter(&services, "renter@example.com").dollars(50).await;
+    let rental = rentals::book_offer(&services, &renter, &request(host_id, 1)).await.unwrap();
+    report(&services, host_id, rental.id, WorkloadStatus::Ready).await;
+    backdate(&services, rental.id, 60).await;
+    hosts::revoke_host(&services, &provider, host_id).await.unwrap();
+    let detail = state_of(&services, &renter, rental.id).await;
+    assert_eq!(detail.rental.state, RentalState::Interrupted);
+    assert!(detail.events.iter().any(|e| e.reason.contains("revoked")), "{:?}", detail.events);
+    // Billed to the revocation, and no further: settling again later charges nothing more.
+    let charged = detail.rental.charged_micros;
+    assert!((60..=62).contains(&detail.rental.billed_seconds), "{:?}", detail.rental);
+    assert_eq!(charged, rentals::cost(2_000_000, 1, detail.rental.billed_seconds));
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    rentals::settle_all(&services).await.unwrap();
+    assert_eq!(state_of(&services, &renter, rental.id).await.rental.charged_micros, charged);
+    assert!(ledger::verify(&services.db).await.unwrap().is_sound());
+}
+
 async fn spot_rentals_clear_at_one_price_and_are_preempted_by_on_demand(backend: Backend) {
     let (_db, services, _, host_id) = market(backend, 2).await;
     let low = testing::renter(&services, "low@example.com").dollars(50).await;
@@ -470,6 +490,7 @@ backend_tests!(
     an_on_demand_rental_runs_and_is_billed_to_the_second,
     running_out_of_money_warns_then_stops,
     a_host_going_offline_interrupts_its_rentals,
+    revoking_a_host_ends_and_settles_its_rentals_at_once,
     spot_rentals_clear_at_one_price_and_are_preempted_by_on_demand,
     reservations_are_prepaid_exclusive_and_refunded_when_cancelled
 );
