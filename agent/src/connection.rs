@@ -122,7 +122,15 @@ pub async fn run(
     let runtimes = Runtimes::detect(mode, shares(source));
     eprintln!("cardpool-agent: {}", runtimes.check.detail);
     let isolation = runtimes.check.clone();
-    let (supervisor, mut updates) = Supervisor::new(rentals_dir, runtimes.process, runtimes.container);
+    let reachable = crate::sandbox::reachable_rentals_dir(&rentals_dir);
+    if reachable != rentals_dir {
+        eprintln!(
+            "cardpool-agent: rentals' directories are in {} (sandboxes cannot pass through {})",
+            reachable.display(),
+            rentals_dir.display()
+        );
+    }
+    let (supervisor, mut updates) = Supervisor::new(reachable, runtimes.process, runtimes.container);
     let adopted = supervisor.adopt();
     if !adopted.is_empty() {
         eprintln!("cardpool-agent: still running from before: rentals {adopted:?}");
@@ -262,6 +270,17 @@ async fn session(agent: &Agent<'_>, backoff: &mut Backoff, updates: &mut Unbound
                 None => continue,
             },
             _ = heartbeat.tick() => {
+                supervisor.trim_logs();
+                // Status changes go first: a heartbeat never leaves out a workload whose end
+                // the server has not heard yet (it would take it for a vanished one).
+                while let Ok((rental_id, status)) = updates.try_recv() {
+                    let Ok(frame) = send(AgentMessage::RentalStatus { rental_id, status }).await else {
+                        return Ended::Refused("cannot encode message".into());
+                    };
+                    if let Err(err) = tx.send(frame).await {
+                        return Ended::Dropped(err.to_string());
+                    }
+                }
                 sequence += 1;
                 AgentMessage::Heartbeat { sequence, rentals: supervisor.running() }
             }
@@ -300,6 +319,9 @@ async fn session(agent: &Agent<'_>, backoff: &mut Backoff, updates: &mut Unbound
                     Ok(ServerMessage::Detach { rental_id }) => {
                         supervisor.detach(rental_id);
                         continue;
+                    }
+                    Ok(ServerMessage::ReadLogs { request_id, rental_id, offset, max_bytes }) => {
+                        AgentMessage::Logs { request_id, chunk: supervisor.read_log(rental_id, offset, max_bytes) }
                     }
                     Ok(ServerMessage::TelemetryAck { stream, sequence }) => {
                         agent.telemetry.lock().unwrap_or_else(|p| p.into_inner()).ack(stream, sequence);

@@ -5,6 +5,7 @@ pub mod connection;
 pub mod enrollment;
 pub mod gpu;
 pub mod host;
+pub mod logs;
 pub mod runtime;
 pub mod sandbox;
 pub mod selftest;

@@ -350,6 +350,30 @@ impl SandboxRuntime {
     }
 }
 
+/// Where rentals' directories go: `wanted`, unless a rental's own uid could not pass through
+/// its ancestors to its workspace (a state directory under `/root`, say), in which case a
+/// directory of the agent's own under `/var/lib/cardpool-sandboxes`, named after `wanted` so
+/// the agent finds it again after a restart. Only an agent running as root gives rentals their
+/// own uids; any other keeps `wanted`.
+pub fn reachable_rentals_dir(wanted: &Path) -> PathBuf {
+    let wanted = std::path::absolute(wanted).unwrap_or_else(|_| wanted.to_path_buf());
+    if !nix::unistd::geteuid().is_root() {
+        return wanted;
+    }
+    // The rentals directory and the state directory above it are made passable by the agent.
+    let passable = |dir: &Path| std::fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o001 != 0);
+    let above = wanted.parent().and_then(Path::parent);
+    if above.is_none_or(|a| a.ancestors().all(passable)) {
+        return wanted;
+    }
+    use sha2::Digest;
+    let digest = hex::encode(sha2::Sha256::digest(wanted.as_os_str().as_encoded_bytes()));
+    Path::new(SANDBOXES_ROOT).join(&digest[..16]).join("rentals")
+}
+
+/// See [`reachable_rentals_dir`].
+const SANDBOXES_ROOT: &str = "/var/lib/cardpool-sandboxes";
+
 /// Makes `dir` and its parent passable (not listable) by other users, so a rental's own uid
 /// reaches its workspace; nothing else there is readable to it (the credential is 0600).
 fn make_passable(dir: &Path) -> Result<(), String> {

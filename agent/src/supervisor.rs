@@ -10,8 +10,11 @@
 //! [`AttachSpec`] (`spec.json`), and a new agent [`Supervisor::adopt`]s every workload that
 //! still runs there, so an agent crash or upgrade does not end anybody's rental.
 
-use crate::runtime::{NOTICE_DIR, NOTICE_FILE, Runtime};
-use cardpool_protocol::{AttachSpec, WorkloadStatus};
+use crate::{
+    logs::LOG_FILE,
+    runtime::{NOTICE_DIR, NOTICE_FILE, Runtime},
+};
+use cardpool_protocol::{AttachSpec, LogChunk, WorkloadStatus};
 use nix::sys::signal::Signal;
 use std::{
     collections::HashMap,
@@ -147,6 +150,19 @@ impl Supervisor {
         uses
     }
 
+    /// A piece of the rental's log (see [`crate::logs::read`]).
+    pub fn read_log(&self, rental_id: i64, offset: Option<u64>, max_bytes: u32) -> Result<LogChunk, String> {
+        let running = self.running().contains(&rental_id);
+        crate::logs::read(&self.inner.dir.join(rental_id.to_string()), offset, max_bytes, running)
+    }
+
+    /// Keeps every running workload's log to its ring.
+    pub fn trim_logs(&self) {
+        for rental_id in self.running() {
+            crate::logs::trim(&self.inner.dir.join(rental_id.to_string()));
+        }
+    }
+
     pub fn attach(&self, spec: AttachSpec) {
         let rental_id = spec.rental_id;
         {
@@ -256,6 +272,13 @@ impl Supervisor {
             Err(reason) => return fail(reason),
         };
         let dir = self.inner.dir.join(rental_id.to_string());
+        // A directory left by an earlier life of this id (a demo's fresh database) is not this
+        // rental's: its log and workspace go (links inside are removed, never followed).
+        if tokio::fs::try_exists(&dir).await.unwrap_or(false)
+            && let Err(err) = tokio::fs::remove_dir_all(&dir).await
+        {
+            return fail(format!("cannot clear {}: {err}", dir.display()));
+        }
         if let Err(err) = tokio::fs::create_dir_all(dir.join(NOTICE_DIR)).await {
             return fail(format!("cannot create {}: {err}", dir.display()));
         }
@@ -268,7 +291,7 @@ impl Supervisor {
             }
             Err(err) => return fail(err.to_string()),
         }
-        let log = match std::fs::OpenOptions::new().create(true).append(true).open(dir.join("workload.log")) {
+        let log = match std::fs::OpenOptions::new().create(true).append(true).open(dir.join(LOG_FILE)) {
             Ok(log) => log,
             Err(err) => return fail(format!("cannot open log: {err}")),
         };
@@ -310,7 +333,7 @@ impl Supervisor {
                         let _ = cleanup.stdout(Stdio::null()).stderr(Stdio::null()).status().await;
                     }
                     let code = status.ok().and_then(|s| s.code()).map_or_else(|| "a signal".to_owned(), |c| format!("code {c}"));
-                    let log = std::fs::read_to_string(dir.join("workload.log")).unwrap_or_default();
+                    let log = crate::logs::read(&dir, None, 4096, false).map(|c| c.data).unwrap_or_default();
                     let last = log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output");
                     return fail(format!("the workload did not start ({code}): {}", last.chars().take(300).collect::<String>()));
                 }

@@ -281,6 +281,20 @@ pub struct RentalDetail {
     pub events: Vec<RentalEvent>,
 }
 
+/// One event of a followed log (`GET /api/v1/rentals/{id}/logs?follow=true`, Server-Sent
+/// Events, each event's id the offset to resume from).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum LogEvent {
+    /// New output.
+    Chunk(cardpool_protocol::LogChunk),
+    /// The host's agent cannot be reached just now; the feed goes on when it can.
+    Waiting { reason: String },
+    /// Nothing more will come (the workload ended, or the log is gone).
+    End { reason: String },
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

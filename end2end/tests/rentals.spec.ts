@@ -70,6 +70,17 @@ test("a renter books on-demand, watches it start, stops it and pays exactly its 
   await expect(page.getByTestId("rental-timeline")).toContainText("booked by the renter");
   await expect(page.getByTestId("rental-state")).toHaveText("Running", { timeout: 30_000 });
   await expect(page.getByTestId("rental-timeline")).toContainText("billing started");
+  // The workload's output arrives live, line by line, from the sandbox on the host.
+  await expect(page.getByTestId("logs-state")).toHaveText("Live", { timeout: 15_000 });
+  await expect(page.getByTestId("rental-logs")).toContainText("epoch 3", { timeout: 15_000 });
+  // Paused, it stops following; resumed, it goes on from where it was.
+  await page.getByTestId("logs-pause").click();
+  await expect(page.getByTestId("logs-state")).toHaveText("Paused");
+  await page.getByTestId("logs-pause").click();
+  await expect(page.getByTestId("rental-logs")).toContainText("epoch 6", { timeout: 15_000 });
+  const shown = await page.getByTestId("rental-logs").innerText();
+  const epochs = shown.split("\n").filter((l) => l.startsWith("epoch "));
+  expect(new Set(epochs).size).toBe(epochs.length);
   await snap(page, "rental-running");
   // Its cost grows by the second while it runs.
   await expect(page.getByTestId("rental-cost")).not.toHaveText("$0.00", { timeout: 10_000 });

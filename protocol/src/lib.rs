@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion { major: 1, minor: 1 };
+pub const PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion { major: 1, minor: 2 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProtocolVersion {
@@ -84,7 +84,7 @@ mod tests {
     fn same_major_is_accepted_other_majors_refused_with_a_reason() {
         assert!(PROTOCOL_VERSION.check_peer(ProtocolVersion { major: 1, minor: 7 }).is_ok());
         let err = PROTOCOL_VERSION.check_peer(ProtocolVersion { major: 2, minor: 0 }).unwrap_err();
-        assert!(err.contains("2.0") && err.contains("1.1"), "{err}");
+        assert!(err.contains("2.0") && err.contains("1.2"), "{err}");
     }
 
     #[test]
@@ -136,7 +136,34 @@ pub enum AgentMessage {
     /// and replays the rest after a reconnect. `dropped` counts frames the agent's bounded
     /// buffer had to discard (oldest first) since it started.
     Telemetry { stream: u64, frames: Vec<TelemetryFrame>, dropped: u64 },
+    /// The answer to [`ServerMessage::ReadLogs`] with the same `request_id` (since 1.2).
+    Logs { request_id: u64, chunk: Result<LogChunk, String> },
 }
+
+/// A piece of a rental's workload log (stdout and stderr), by byte offset in everything the
+/// workload has written. The agent keeps the last [`LOG_RING_BYTES`] of it; a reader that asks
+/// for older bytes gets the oldest kept and learns how many it `skipped`. Reading on from `end`
+/// never misses nor repeats a byte, across reconnects of either side.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct LogChunk {
+    /// Offset of the first byte of `data`.
+    pub offset: u64,
+    /// Offset just after `data`: where to read on from.
+    pub end: u64,
+    /// Bytes before `offset` that were asked for but are no longer kept.
+    pub skipped: u64,
+    /// The bytes, as UTF-8 (invalid sequences replaced). Whole lines, unless one line alone
+    /// is longer than a chunk.
+    pub data: String,
+    /// Whether the workload is still running (more may come).
+    pub running: bool,
+}
+
+/// How much of each rental's log an agent keeps.
+pub const LOG_RING_BYTES: u64 = 8 << 20;
+/// The most one chunk carries.
+pub const LOG_CHUNK_BYTES: u32 = 256 << 10;
 
 /// Every GPU of the host at one instant.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -230,6 +257,9 @@ pub enum ServerMessage {
     Detach { rental_id: i64 },
     /// Every telemetry frame of `stream` up to `sequence` is stored (since 1.1).
     TelemetryAck { stream: u64, sequence: u64 },
+    /// Read the rental's log from `offset` (`None`: its last `max_bytes`); answered with
+    /// [`AgentMessage::Logs`] (since 1.2; older agents ignore it).
+    ReadLogs { request_id: u64, rental_id: i64, offset: Option<u64>, max_bytes: u32 },
 }
 
 /// Everything the agent needs to run a renter's workload.

@@ -106,7 +106,7 @@ async fn serve_agent(
     let Ok(Some(Ok(Message::Text(text)))) = hello else {
         return refuse(&mut tx, "expected a hello message first").await;
     };
-    match serde_json::from_str::<AgentMessage>(&text) {
+    let agent_protocol = match serde_json::from_str::<AgentMessage>(&text) {
         Ok(AgentMessage::Hello { protocol, host_id, .. }) => {
             if let Err(reason) = PROTOCOL_VERSION.check_peer(protocol) {
                 return refuse(&mut tx, reason).await;
@@ -115,9 +115,10 @@ async fn serve_agent(
                 return refuse(&mut tx, format!("this credential belongs to host {}, not host {host_id}", host.id))
                     .await;
             }
+            protocol
         }
         _ => return refuse(&mut tx, "expected a hello message first").await,
-    }
+    };
     let welcome = ServerMessage::Welcome {
         host_id: host.id,
         heartbeat_interval_secs: options.heartbeat_interval.as_secs().max(1),
@@ -127,7 +128,10 @@ async fn serve_agent(
     }
     tracing::info!(host.id = host.id, "agent connected");
     options.metrics.agents_connected.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    serve_connected(&services, &host, &credential, &options, &mut tx, &mut rx).await;
+    // Agents since 1.2 report every status change before the heartbeat that leaves the
+    // workload out, so a workload missing from a heartbeat is really gone.
+    let reconciles = agent_protocol.minor >= 2;
+    serve_connected(&services, &host, &credential, &options, reconciles, &mut tx, &mut rx).await;
     options.metrics.agents_connected.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     // A closed connection is not an offline host: the agent reconnects within the offline grace
     // and its rentals go on; only the reaper, judging silence, takes a host offline. So a stale
@@ -141,10 +145,13 @@ async fn serve_connected(
     host: &host_rows::Model,
     credential: &str,
     options: &GatewayOptions,
+    reconciles: bool,
     tx: &mut Sender,
     rx: &mut futures_util::stream::SplitStream<WebSocket>,
 ) {
     let wake = services.signals.subscribe(host.id);
+    // Reads of workload logs for this host come through here until the connection ends.
+    let mut logs = services.logs.connect(host.id);
     if !send_commands(services, tx, host.id, None).await {
         return;
     }
@@ -153,6 +160,11 @@ async fn serve_connected(
     recheck.tick().await;
     loop {
         tokio::select! {
+            Some(read) = logs.reads.recv() => {
+                if !send(tx, &read).await {
+                    break;
+                }
+            }
             () = wake.notified() => {
                 if !send_commands(services, tx, host.id, None).await {
                     break;
@@ -167,7 +179,10 @@ async fn serve_connected(
                 let result = match serde_json::from_str::<AgentMessage>(&text) {
                     Ok(AgentMessage::Inventory(inventory)) => hosts::record_inventory(services, host, &inventory).await,
                     Ok(AgentMessage::Heartbeat { rentals: running, .. }) => {
-                        let beat = hosts::record_heartbeat(services, host).await;
+                        let mut beat = hosts::record_heartbeat(services, host).await;
+                        if beat.is_ok() && reconciles {
+                            beat = rentals::reconcile_running(services, host.id, &running).await.map(|_| ());
+                        }
                         if beat.is_ok() && !send_commands(services, tx, host.id, Some(&running)).await {
                             break;
                         }
@@ -183,6 +198,10 @@ async fn serve_connected(
                             Ok(_) => Ok(()),
                             Err(err) => Err(err),
                         }
+                    }
+                    Ok(AgentMessage::Logs { request_id, chunk }) => {
+                        services.logs.answer(host.id, request_id, chunk);
+                        Ok(())
                     }
                     Ok(AgentMessage::Hello { .. }) => Err(AppError::invalid_field("type", "hello was already received")),
                     Err(err) => Err(AppError::invalid_field("message", format!("malformed message: {err}"))),

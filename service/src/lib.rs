@@ -8,7 +8,7 @@
 //!
 //! The rooms: accounts, sessions and credentials (`accounts`, `auth`, `api_tokens`,
 //! `passwords`, `rate_limit`, `session_store`); providers' hosts and their agents (`hosts`,
-//! `signals`); the market (`offers`, `stock`); rentals from booking to settlement (`rentals`);
+//! `signals`, `logs`); the market (`offers`, `stock`); rentals from booking to settlement (`rentals`);
 //! money (`ledger`, `payments`, `payouts`, `stripe`); telemetry and alerts (`telemetry`,
 //! `alerts`). `db` opens the database and turns its errors into [`AppError`]s.
 
@@ -20,6 +20,7 @@ pub mod db;
 pub mod entities;
 pub mod hosts;
 pub mod ledger;
+pub mod logs;
 pub mod offers;
 pub mod passwords;
 pub mod payments;
@@ -101,6 +102,8 @@ pub struct Services {
     pub signals: Arc<signals::HostSignals>,
     /// Recent telemetry in memory and the live feed to dashboards.
     pub telemetry: Arc<telemetry::Hub>,
+    /// Reads of workload logs, relayed to the hosts' agents.
+    pub logs: Arc<logs::LogRelay>,
 }
 
 impl Services {
@@ -116,6 +119,7 @@ impl Services {
             settings: Arc::new(settings),
             signals: Arc::default(),
             telemetry: Arc::default(),
+            logs: Arc::default(),
         })
     }
 }

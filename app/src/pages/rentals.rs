@@ -8,6 +8,7 @@ use crate::{
     components::{
         form::{FormAlert, SubmitButton, field_error, form_error},
         kit::{Await, Badge, Tone},
+        logs::RentalLogs,
         money::{StepChart, dollars},
         session::{RequireSignIn, reload_to},
         telemetry::TelemetrySection,
@@ -302,6 +303,9 @@ fn RentalView() -> impl IntoView {
     });
     view! {
         <Await resource=detail skeleton="h-40" ready=move |d| view! { <RentalDetailView detail=d tick /> } />
+        <div class="mt-6">
+            <RentalLogs rental_id=id() />
+        </div>
         <div class="mt-6">
             <TelemetrySection scope=Signal::derive(move || TelemetryScope::Rental(id())) reload=generation />
         </div>

@@ -7,6 +7,7 @@
 mod accounts;
 mod api_tokens;
 mod hosts;
+mod logs;
 mod offers;
 pub(crate) mod payments;
 mod rentals;
@@ -30,6 +31,7 @@ pub fn router() -> Router<AppState> {
         .merge(accounts::routes())
         .merge(api_tokens::routes())
         .merge(hosts::routes())
+        .merge(logs::routes())
         .merge(offers::routes())
         .merge(payments::routes())
         .merge(rentals::routes())

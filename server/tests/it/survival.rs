@@ -2,8 +2,9 @@
 //! with a real agent running the workload in its sandbox): the agent dying and coming back
 //! within the offline grace leaves the rental running and billed for every second, with the
 //! same workload (adopted, not restarted); only a host silent past the grace is offline, its
-//! rental interrupted and billed to the last heartbeat; and an agent still running a workload
-//! the server has ended is told to stop it.
+//! rental interrupted and billed to the last heartbeat; an agent still running a workload the
+//! server has ended is told to stop it; and a rental whose workload vanished with a reboot
+//! fails rather than being billed on.
 
 use crate::common::{TestApp, eventually};
 use cardpool_agent::{
@@ -120,7 +121,20 @@ async fn rentals_survive_agent_restarts_and_end_only_after_the_grace(backend: Ba
         (!status.alive()).then_some(())
     })
     .await;
+
+    // The host reboots: agent and workload are gone; the agent that starts finds nothing to
+    // adopt, and the server, hearing it run nothing, fails the rental instead of billing on.
+    let id = book(&app, &renter, state.host_id).await;
+    app.wait_for_rental_state(&renter, id, "running", Duration::from_secs(15)).await;
     third.abort();
+    let sandbox = cardpool_agent::sandbox::SandboxStatus::read(&dir.join(id.to_string()));
+    let init = sandbox.init_pid.expect("the sandbox is up").to_string();
+    assert!(std::process::Command::new("kill").args(["-9", &init]).status().unwrap().success());
+    let fourth = agent(&state, &dir);
+    let failed = app.wait_for_rental_state(&renter, id, "failed", Duration::from_secs(30)).await;
+    let reasons: Vec<&str> = failed["events"].as_array().unwrap().iter().filter_map(|e| e["reason"].as_str()).collect();
+    assert!(reasons.iter().any(|r| r.contains("no longer running on the host")), "{reasons:?}");
+    fourth.abort();
     let _ = std::fs::remove_dir_all(&dir);
 }
 

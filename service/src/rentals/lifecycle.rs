@@ -158,3 +158,38 @@ pub async fn record_workload_status(
     tracing::info!(rental.id = rental_id, host.id = host_id, state = next.as_str(), "rental {reason}");
     Ok(())
 }
+
+/// How long a running rental may be missing from its agent's heartbeats before it counts as
+/// gone (a heartbeat may have been composed just before its workload started).
+const GONE_AFTER: chrono::Duration = chrono::Duration::seconds(10);
+
+/// The agent's heartbeat lists the workloads it runs. A rental the server has running on that
+/// host for a while that the agent does not run any more (the host rebooted, the workload was
+/// killed outside the agent) has lost its workload: it fails, billed to now. Returns those.
+pub async fn reconcile_running(services: &Services, host_id: i64, running_on_agent: &[i64]) -> AppResult<Vec<i64>> {
+    let now = Utc::now();
+    let missing: Vec<i64> = rentals::Entity::find()
+        .filter(rentals::Column::HostId.eq(host_id))
+        .filter(rentals::Column::State.eq(RentalState::Running.as_str()))
+        .filter(rentals::Column::RunningSince.lt(now - GONE_AFTER))
+        .all(&services.db)
+        .await
+        .context("loading running rentals")?
+        .into_iter()
+        .map(|r| r.id)
+        .filter(|id| !running_on_agent.contains(id))
+        .collect();
+    for &rental_id in &missing {
+        let txn = begin_write(&services.db).await.context("starting reconciliation")?;
+        let rental = load_for_update(&txn, rental_id).await?;
+        if rental.state == RentalState::Running.as_str() {
+            let reason = "the workload is no longer running on the host (did the host restart?)";
+            let rental = apply(&txn, rental, RentalState::Failed, reason, now).await?;
+            after_change(services, &txn, rental, now).await?;
+            stock::refresh_stock(&txn, host_id).await?;
+        }
+        txn.commit().await.context("committing reconciliation")?;
+        tracing::warn!(rental.id = rental_id, host.id = host_id, "rental's workload vanished from its host");
+    }
+    Ok(missing)
+}

@@ -1,0 +1,151 @@
+//! Workload logs end to end (SQLite and PostgreSQL): a real agent runs the workload in its
+//! sandbox, the renter reads its output by offset, follows it live as Server-Sent Events
+//! through an agent restart without a gap or a repeat, downloads it; nobody else can.
+
+use crate::common::{TestApp, eventually};
+use cardpool_agent::{
+    connection, enrollment, gpu::simulated::SimulatedSource, runtime::WorkloadMode, state::AgentState,
+};
+use cardpool_domain::{host::GpuModelPrice, rentals::LogEvent};
+use cardpool_server::{config::Config, workers};
+use cardpool_service::{Settings, accounts, backend_tests, hosts, testing::Backend};
+use reqwest::{Client, StatusCode};
+use serde_json::{Value, json};
+use std::{path::Path, time::Duration};
+use tokio::task::JoinHandle;
+
+const MODEL: &str = "NVIDIA H100 80GB HBM3";
+/// Fifty numbered lines, then a numbered beat five times a second until stopped.
+const WORKLOAD: &str = "for i in $(seq 1 50); do echo \"line $i\"; done; n=0; \
+    while :; do n=$((n + 1)); echo \"beat $n\"; sleep 0.2; done";
+
+fn agent(state: &AgentState, dir: &Path) -> JoinHandle<Result<(), String>> {
+    let (state, dir) = (state.clone(), dir.to_path_buf());
+    tokio::spawn(async move {
+        let source = SimulatedSource::new("1xH100-80GB", "rig", vec![]).unwrap();
+        connection::run(&state, &source, None, dir, WorkloadMode::Run, Duration::from_secs(1)).await
+    })
+}
+
+/// Reads Server-Sent Events from `response` until `enough` says so; returns them.
+async fn events(response: &mut reqwest::Response, enough: impl Fn(&[LogEvent]) -> bool) -> Vec<LogEvent> {
+    let mut buffer = String::new();
+    let mut seen = Vec::new();
+    while !enough(&seen) {
+        let chunk = tokio::time::timeout(Duration::from_secs(20), response.chunk())
+            .await
+            .expect("an event in time")
+            .unwrap()
+            .expect("the feed stays open");
+        buffer.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buffer.find("\n\n") {
+            let block: String = buffer.drain(..end + 2).collect();
+            for line in block.lines() {
+                if let Some(data) = line.strip_prefix("data: ").or_else(|| line.strip_prefix("data:")) {
+                    seen.push(serde_json::from_str(data).unwrap());
+                }
+            }
+        }
+    }
+    seen
+}
+
+fn output(events: &[LogEvent]) -> String {
+    events.iter().filter_map(|e| if let LogEvent::Chunk(c) = e { Some(c.data.as_str()) } else { None }).collect()
+}
+
+fn beats(text: &str) -> Vec<u64> {
+    text.lines().filter_map(|l| l.strip_prefix("beat ")).map(|n| n.parse().unwrap()).collect()
+}
+
+async fn a_renter_reads_follows_and_downloads_the_workload_log(backend: Backend) {
+    let config = Config { heartbeat_interval_secs: 1, host_offline_grace_secs: 10, ..Config::default() };
+    let app = TestApp::spawn_configured(backend, Settings::default(), config).await;
+    workers::spawn(&app.services, Duration::from_secs(10), Duration::ZERO, Duration::from_secs(1));
+    let provider = app.provider("provider@example.com").await;
+    let token = app.enrollment_token(&provider, "Lab").await;
+    let state = enrollment::enroll(&app.base, &token, "rig").await.unwrap();
+    let dir = std::env::temp_dir().join(format!("cardpool-logs-{}-{backend:?}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let first = agent(&state, &dir);
+    let owner = accounts::principal_for_email(&app.services, "provider@example.com").await.unwrap();
+    eventually(Duration::from_secs(10), "inventory arriving", async || {
+        (hosts::get_host(&app.services, &owner, state.host_id).await.unwrap().gpus.len() == 1).then_some(())
+    })
+    .await;
+    let price = GpuModelPrice {
+        gpu_model: MODEL.into(),
+        on_demand_micros: 3_600_000,
+        reserved_micros: 3_000_000,
+        spot_min_bid_micros: 1_000_000,
+    };
+    hosts::update_host_pricing(&app.services, &owner, state.host_id, &price).await.unwrap();
+    hosts::set_host_listed(&app.services, &owner, state.host_id, true).await.unwrap();
+    let renter = app.funded_renter("renter@example.com", 20).await;
+    let res = renter
+        .post(app.url("/api/v1/rentals"))
+        .json(&json!({"host_id": state.host_id, "gpu_model": MODEL, "gpu_count": 1, "workload": {"command": WORKLOAD}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::CREATED);
+    let id = res.json::<Value>().await.unwrap()["id"].as_i64().unwrap();
+    app.wait_for_rental_state(&renter, id, "running", Duration::from_secs(15)).await;
+    let logs = app.url(&format!("/api/v1/rentals/{id}/logs"));
+
+    // Read by offset, a small piece at a time: whole lines, chained exactly.
+    let get = |client: &Client, query: String| {
+        let url = format!("{logs}?{query}");
+        let client = client.clone();
+        async move { client.get(url).send().await.unwrap() }
+    };
+    let mut text = String::new();
+    let mut offset = 0;
+    while !text.contains("line 50\n") {
+        let chunk: Value = get(&renter, format!("offset={offset}&max_bytes=40")).await.json().await.unwrap();
+        assert_eq!(chunk["offset"], offset);
+        text.push_str(chunk["data"].as_str().unwrap());
+        offset = chunk["end"].as_u64().unwrap();
+    }
+    let numbered: Vec<String> = (1..=50).map(|i| format!("line {i}")).collect();
+    assert_eq!(text.lines().take(50).collect::<Vec<_>>(), numbered);
+
+    // Follow from the start; the agent dies and comes back meanwhile: nothing missed or doubled.
+    let mut feed = get(&renter, "follow=true&offset=0".into()).await;
+    assert_eq!(feed.status(), StatusCode::OK);
+    let before = events(&mut feed, |seen| beats(&output(seen)).len() >= 5).await;
+    first.abort();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let second = agent(&state, &dir);
+    let all = events(&mut feed, |seen| beats(&output(seen)).len() >= 15).await;
+    let text = output(&before) + &output(&all);
+    assert_eq!(text.lines().take(50).collect::<Vec<_>>(), numbered);
+    let beats = beats(&text);
+    assert_eq!(beats, (1..=beats.len() as u64).collect::<Vec<_>>(), "beats in order, none missed or repeated");
+
+    // Downloaded whole, as a file.
+    let file = get(&renter, "download=true".into()).await;
+    assert_eq!(file.status(), StatusCode::OK);
+    assert!(file.headers()["content-disposition"].to_str().unwrap().contains(&format!("rental-{id}.log")));
+    assert!(file.text().await.unwrap().starts_with("line 1\nline 2\n"));
+
+    // Only its renter reads it.
+    let stranger = app.browser();
+    app.sign_up(&stranger, "stranger@example.com").await;
+    for query in ["offset=0", "follow=true", "download=true"] {
+        assert_eq!(get(&stranger, query.into()).await.status(), StatusCode::NOT_FOUND, "{query}");
+    }
+    assert_eq!(get(&provider, "offset=0".into()).await.status(), StatusCode::NOT_FOUND);
+
+    // Stopped: a follower is told it has ended.
+    let res = renter.post(app.url(&format!("/api/v1/rentals/{id}/stop"))).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    app.wait_for_rental_state(&renter, id, "ended", Duration::from_secs(20)).await;
+    let mut feed = get(&renter, "follow=true".into()).await;
+    let last = events(&mut feed, |seen| seen.iter().any(|e| matches!(e, LogEvent::End { .. }))).await;
+    assert!(matches!(last.last(), Some(LogEvent::End { reason }) if reason.contains("ended")), "{last:?}");
+    second.abort();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+backend_tests!(a_renter_reads_follows_and_downloads_the_workload_log);

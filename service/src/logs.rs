@@ -1,0 +1,142 @@
+//! Workload logs, read through the host's agent: they stay on the host (the agent keeps the
+//! last 8 MiB of each rental's stdout and stderr), and the server asks for a piece by offset
+//! over the agent's existing connection whenever a renter reads or follows them. Nothing is
+//! copied to the server, and a reader that goes on from a piece's `end` neither misses nor
+//! repeats a byte, whichever side reconnects in between.
+//!
+//! The gateway [`LogRelay::connect`]s each agent connection (the newest connection of a host
+//! wins; a stale one closing late cannot unhook it: connections have generations) and hands
+//! the agent's answers to [`LogRelay::answer`]. In-process: with several replicas, the
+//! connection holding the host answers for it (see `signals`).
+
+use crate::{AppResult, Services, auth::Principal, db::DbResultExt, entities::rentals};
+use cardpool_domain::{AppError, rentals::RentalState};
+use cardpool_protocol::{LOG_CHUNK_BYTES, LogChunk, ServerMessage};
+use sea_orm::EntityTrait;
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+use tokio::sync::{mpsc, oneshot};
+
+/// How long an agent has to answer a read.
+const ANSWER_WITHIN: Duration = Duration::from_secs(10);
+/// Reads waiting for one agent at once; more are refused rather than queued.
+const IN_FLIGHT_PER_HOST: usize = 32;
+
+type Answer = oneshot::Sender<Result<LogChunk, String>>;
+
+struct Link {
+    generation: u64,
+    requests: mpsc::Sender<ServerMessage>,
+    pending: HashMap<u64, Answer>,
+}
+
+#[derive(Default)]
+pub struct LogRelay {
+    links: Mutex<HashMap<i64, Link>>,
+    ids: AtomicU64,
+}
+
+/// An agent connection's side of the relay: the reads to send it. Dropped with the
+/// connection, it unhooks it, unless a newer connection of the host has taken over.
+pub struct Connected {
+    pub reads: mpsc::Receiver<ServerMessage>,
+    relay: Arc<LogRelay>,
+    host_id: i64,
+    generation: u64,
+}
+
+impl Drop for Connected {
+    fn drop(&mut self) {
+        let mut links = self.relay.links.lock().unwrap_or_else(|p| p.into_inner());
+        if links.get(&self.host_id).is_some_and(|l| l.generation == self.generation) {
+            links.remove(&self.host_id);
+        }
+    }
+}
+
+impl LogRelay {
+    /// Hooks up a host's new agent connection (replacing any older one).
+    pub fn connect(self: &Arc<Self>, host_id: i64) -> Connected {
+        let (requests, reads) = mpsc::channel(IN_FLIGHT_PER_HOST);
+        let generation = self.ids.fetch_add(1, Ordering::Relaxed) + 1;
+        let link = Link { generation, requests, pending: HashMap::new() };
+        self.links.lock().unwrap_or_else(|p| p.into_inner()).insert(host_id, link);
+        Connected { reads, relay: self.clone(), host_id, generation }
+    }
+
+    /// The agent's answer to read `request_id`.
+    pub fn answer(&self, host_id: i64, request_id: u64, chunk: Result<LogChunk, String>) {
+        let waiting = self
+            .links
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(&host_id)
+            .and_then(|l| l.pending.remove(&request_id));
+        if let Some(waiting) = waiting {
+            let _ = waiting.send(chunk);
+        }
+    }
+
+    /// Asks the host's agent; `Ok(Err(why))` when the agent has no such log.
+    async fn read(
+        &self,
+        host_id: i64,
+        rental_id: i64,
+        offset: Option<u64>,
+        max_bytes: u32,
+    ) -> AppResult<Result<LogChunk, String>> {
+        let request_id = self.ids.fetch_add(1, Ordering::Relaxed) + 1;
+        let (tx, rx) = oneshot::channel();
+        let offline =
+            || AppError::Unavailable("the host's agent is not connected; its logs are back when it is".into());
+        {
+            let mut links = self.links.lock().unwrap_or_else(|p| p.into_inner());
+            let link = links.get_mut(&host_id).ok_or_else(offline)?;
+            let read = ServerMessage::ReadLogs { request_id, rental_id, offset, max_bytes };
+            link.requests.try_send(read).map_err(|_| AppError::Unavailable("the host is busy; try again".into()))?;
+            link.pending.insert(request_id, tx);
+        }
+        let answer = tokio::time::timeout(ANSWER_WITHIN, rx).await;
+        if let Some(link) = self.links.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&host_id) {
+            link.pending.remove(&request_id);
+        }
+        match answer {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(_)) => Err(offline()),
+            Err(_) => Err(AppError::Unavailable("the host's agent did not answer in time (is it up to date?)".into())),
+        }
+    }
+}
+
+/// A piece of the rental's workload log, for its renter (or an admin): from `offset`, or the
+/// last `max_bytes` when there is none.
+pub async fn read_rental_log(
+    services: &Services,
+    principal: &Principal,
+    rental_id: i64,
+    offset: Option<u64>,
+    max_bytes: Option<u32>,
+) -> AppResult<LogChunk> {
+    let rental = rentals::Entity::find_by_id(rental_id)
+        .one(&services.db)
+        .await
+        .context("loading rental")?
+        .filter(|r| r.renter_id == principal.user_id || principal.roles.admin)
+        .ok_or_else(|| AppError::not_found("rental"))?;
+    let max_bytes = max_bytes.unwrap_or(LOG_CHUNK_BYTES).clamp(1, LOG_CHUNK_BYTES);
+    match services.logs.read(rental.host_id, rental.id, offset, max_bytes).await? {
+        Ok(chunk) => Ok(chunk),
+        // Not started yet: nothing written so far, more to come.
+        Err(_) if RentalState::parse(&rental.state).is_some_and(|s| !s.is_terminal()) => {
+            let at = offset.unwrap_or(0);
+            Ok(LogChunk { offset: at, end: at, skipped: 0, data: String::new(), running: true })
+        }
+        Err(why) => Err(AppError::not_found(format!("this rental's log ({why})"))),
+    }
+}
