@@ -22,8 +22,10 @@ apt_install() {
 
 command -v cargo >/dev/null || { echo "Rust (cargo) is required: https://rustup.rs" >&2; exit 1; }
 command -v npm >/dev/null || apt_install nodejs npm
-# The agent runs renters' commands in bubblewrap sandboxes (prlimit and setpriv: util-linux).
+# The agent runs renters' commands in bubblewrap sandboxes (prlimit and setpriv: util-linux),
+# each with a network of its own through slirp4netns.
 command -v bwrap >/dev/null || apt_install bubblewrap
+command -v slirp4netns >/dev/null || apt_install slirp4netns
 
 if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
   say "rustup target add wasm32-unknown-unknown"

@@ -60,7 +60,7 @@ pub trait Runtime: Send + Sync {
         Some(None)
     }
     /// What to run after the child ended or was killed, to remove anything left behind.
-    fn cleanup(&self, _rental_id: i64) -> Option<Command> {
+    fn cleanup(&self, _rental_id: i64, _dir: &Path) -> Option<Command> {
         None
     }
 }
@@ -153,7 +153,7 @@ impl Runtime for ContainerRuntime {
         Ok(command)
     }
 
-    fn cleanup(&self, rental_id: i64) -> Option<Command> {
+    fn cleanup(&self, rental_id: i64, _dir: &Path) -> Option<Command> {
         let mut command = Command::new(&self.docker);
         command.args(["rm", "--force"]).arg(Self::container_name(rental_id));
         Some(command)

@@ -2,7 +2,9 @@
 //! agent.
 //!
 //! Why bubblewrap: it is the sandbox Flatpak ships, works unprivileged, and needs no daemon.
-//! Each rental gets new user, pid, ipc, uts, mount and cgroup namespaces; the system
+//! Each rental gets new user, pid, ipc, uts, mount, cgroup and network namespaces (its network
+//! through slirp4netns: outbound NAT, the host's loopback refused, other rentals unreachable;
+//! without slirp4netns it shares the host's network, and the self-test says so); the system
 //! directories read-only; one writable workspace (`/workspace`); a private `/tmp`; a private
 //! `/proc` that shows only its own processes; a `/dev` with only its own GPUs' device nodes
 //! (plus the driver's control nodes); and no capabilities. The agent's state directory and
@@ -38,15 +40,28 @@ const ENVIRONMENT_FILE: &str = "environment";
 /// Written (through an inherited descriptor) by the sandbox's first command once the sandbox is
 /// built: bubblewrap reports its init before it sets up the mounts, and may still fail then.
 const STARTED_FILE: &str = "started";
-/// Run as root before the sandbox: `$1` the status file, `$2` the started file, `$3` how many
-/// cgroup.procs files follow, then those files, then the command. Writing 0 to cgroup.procs
-/// moves the writer, and what it execs stays there.
-const JOIN_AND_EXEC: &str = "status=$1; started=$2; n=$3; shift 3; \
+/// Run as root before the sandbox: `$1` the status file, `$2` the started file, `$3`
+/// slirp4netns (empty: the sandbox shares the host's network), `$4` how many cgroup.procs files
+/// follow, then those files, then the command. Writing 0 to cgroup.procs moves the writer, and
+/// what it starts stays there. With slirp4netns, the sandbox gets its own network: outbound
+/// through user-mode NAT, the host's loopback refused; the helper ends with the sandbox.
+const JOIN_AND_EXEC: &str = "status=$1; started=$2; slirp=$3; n=$4; shift 4; \
     while [ \"$n\" -gt 0 ]; do echo 0 > \"$1\" || exit 125; shift; n=$((n - 1)); done; \
-    exec 3>\"$status\" 4>\"$started\"; exec \"$@\"";
-/// The sandbox's first command: says it is up, lets go of that descriptor, takes the renter's
-/// environment and runs the renter's command (`$0`).
-const ENTER: &str = "echo up >&4; exec 4>&-; . /cardpool/environment && exec /bin/sh -c \"$0\"";
+    exec 3>\"$status\" 4>\"$started\"; \
+    if [ -z \"$slirp\" ]; then exec \"$@\"; fi; \
+    \"$@\" & sandbox=$!; exec 3>&- 4>&-; \
+    i=0; pid=; while [ -z \"$pid\" ] && [ $i -lt 1000 ]; do \
+        pid=$(sed -n 's/.*\"child-pid\": *\\([0-9]*\\).*/\\1/p' \"$status\" | head -n 1); \
+        [ -n \"$pid\" ] || sleep 0.01; i=$((i + 1)); done; \
+    net=; if [ -n \"$pid\" ]; then \"$slirp\" --configure --mtu=65520 --disable-host-loopback \
+        --netns-type=path \"/proc/$pid/ns/net\" tap0 >/dev/null 2>&1 & net=$!; fi; \
+    wait \"$sandbox\"; code=$?; [ -z \"$net\" ] || kill \"$net\" 2>/dev/null; exit \"$code\"";
+/// The sandbox's first command: waits (5 s at most) for its network when it has its own, says
+/// it is up, lets go of that descriptor, takes the renter's environment and runs the renter's
+/// command (`$0`).
+const ENTER: &str = "if [ \"$1\" = private ]; then i=0; \
+    while ! grep -q tap0 /proc/net/dev && [ $i -lt 200 ]; do sleep 0.025; i=$((i + 1)); done; fi; \
+    echo up >&4; exec 4>&-; . /cardpool/environment && exec /bin/sh -c \"$0\"";
 /// Rentals run as `RENTAL_UID_BASE + rental id` (and the same gid) when the agent is root.
 const RENTAL_UID_BASE: u32 = 1_500_000_000;
 /// The uid and gid the workload sees inside its sandbox.
@@ -259,6 +274,15 @@ impl SandboxStatus {
     }
 }
 
+/// Pids of the processes running `name`.
+fn processes_named(name: &str) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return vec![] };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == name))
+        .collect()
+}
+
 /// The inode of `pid`'s pid namespace (for processes inside a sandbox, the sandbox's).
 fn pid_namespace_of(pid: i32) -> Option<u64> {
     let link = std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()?;
@@ -276,6 +300,9 @@ pub struct SandboxRuntime {
     own_uids: bool,
     cgroups: Cgroups,
     shares: HostShares,
+    /// slirp4netns, which gives each sandbox a network of its own; without it sandboxes share
+    /// the host's.
+    slirp: Option<PathBuf>,
 }
 
 impl SandboxRuntime {
@@ -297,7 +324,16 @@ impl SandboxRuntime {
             ));
         }
         let own_uids = nix::unistd::geteuid().is_root();
-        Ok(SandboxRuntime { bwrap, dev_root: PathBuf::from("/dev"), own_uids, cgroups: Cgroups::detect(), shares })
+        let slirp =
+            ["/usr/bin/slirp4netns", "/usr/local/bin/slirp4netns"].into_iter().map(PathBuf::from).find(|p| p.exists());
+        Ok(SandboxRuntime {
+            bwrap,
+            dev_root: PathBuf::from("/dev"),
+            own_uids,
+            cgroups: Cgroups::detect(),
+            shares,
+            slirp,
+        })
     }
 
     /// Takes device nodes from `dev_root` instead of `/dev`.
@@ -315,8 +351,13 @@ impl SandboxRuntime {
     /// One line for the self-test: what isolates rentals on this host.
     pub fn describe(&self) -> String {
         format!(
-            "bubblewrap ({}): own namespaces, read-only system, GPUs by device node; {}; {}",
+            "bubblewrap ({}): own namespaces, read-only system, GPUs by device node; {}; {}; {}",
             self.bwrap.display(),
+            if self.slirp.is_some() {
+                "a network of its own per rental (slirp4netns; the host's loopback refused)"
+            } else {
+                "rentals share the host's network (install slirp4netns for one of their own)"
+            },
             if self.own_uids {
                 "each rental runs as its own uid".to_owned()
             } else {
@@ -439,6 +480,7 @@ impl Runtime for SandboxRuntime {
         let mut command = Command::new("/bin/sh");
         command.arg("-c").arg(JOIN_AND_EXEC).arg("cardpool-sandbox");
         command.arg(dir.join(STATUS_FILE)).arg(dir.join(STARTED_FILE));
+        command.arg(self.slirp.as_deref().unwrap_or(Path::new("")));
         command.arg(cgroup_procs.len().to_string()).args(&cgroup_procs);
         if let Some(uid) = uid {
             command.args(["/usr/bin/prlimit", &format!("--nproc={pids}:{pids}"), "--"]);
@@ -451,12 +493,15 @@ impl Runtime for SandboxRuntime {
             ]);
         }
         command.arg(&self.bwrap);
-        command.args(["--unshare-all", "--unshare-user", "--share-net", "--disable-userns", "--new-session"]);
+        command.args(["--unshare-all", "--unshare-user", "--disable-userns", "--new-session"]);
+        if self.slirp.is_none() {
+            command.arg("--share-net");
+        }
         command.args(["--cap-drop", "ALL", "--uid", INSIDE_ID, "--gid", INSIDE_ID]);
         command.arg("--hostname").arg(format!("rental-{}", spec.rental_id));
         command.args(self.mounts(spec, &workspace, &notices));
         command.args(["--chdir", "/workspace", "--json-status-fd", "3"]);
-        command.args(["--", "/bin/sh", "-c", ENTER, script]);
+        command.args(["--", "/bin/sh", "-c", ENTER, script, if self.slirp.is_some() { "private" } else { "shared" }]);
         command.env_clear();
         command.env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
         command.env("HOME", "/workspace");
@@ -503,7 +548,18 @@ impl Runtime for SandboxRuntime {
         (!status.alive()).then_some(status.exit_code)
     }
 
-    fn cleanup(&self, rental_id: i64) -> Option<Command> {
+    fn cleanup(&self, rental_id: i64, dir: &Path) -> Option<Command> {
+        // The network helper ends with its sandbox; should its parent have been killed
+        // first, it is ended here (it names the sandbox's init in its arguments).
+        if let Some(init) = SandboxStatus::read(dir).init_pid {
+            let netns = format!("/proc/{init}/ns/net");
+            for pid in processes_named("slirp4netns") {
+                let args = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                if args.split(|b| *b == 0).any(|a| a == netns.as_bytes()) {
+                    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
+                }
+            }
+        }
         self.cgroups.remove(rental_id);
         None
     }

@@ -248,7 +248,7 @@ impl Supervisor {
         };
         runtime.signal(rental_id, &dir, None, Signal::SIGKILL);
         settle(runtime.as_ref(), &dir).await;
-        if let Some(mut cleanup) = runtime.cleanup(rental_id) {
+        if let Some(mut cleanup) = runtime.cleanup(rental_id, &dir) {
             let _ = cleanup.stdout(Stdio::null()).stderr(Stdio::null()).status().await;
         }
         self.set_status(rental_id, WorkloadStatus::Exited { code });
@@ -329,7 +329,7 @@ impl Supervisor {
                         break;
                     }
                     runtime.signal(rental_id, &dir, pgid, Signal::SIGKILL);
-                    if let Some(mut cleanup) = runtime.cleanup(rental_id) {
+                    if let Some(mut cleanup) = runtime.cleanup(rental_id, &dir) {
                         let _ = cleanup.stdout(Stdio::null()).stderr(Stdio::null()).status().await;
                     }
                     let code = status.ok().and_then(|s| s.code()).map_or_else(|| "a signal".to_owned(), |c| format!("code {c}"));
@@ -358,7 +358,7 @@ impl Supervisor {
         // Whatever the workload started goes with it, before its end is reported.
         runtime.signal(rental_id, &dir, pgid, Signal::SIGKILL);
         settle(runtime.as_ref(), &dir).await;
-        if let Some(mut cleanup) = runtime.cleanup(rental_id) {
+        if let Some(mut cleanup) = runtime.cleanup(rental_id, &dir) {
             let _ = cleanup.stdout(Stdio::null()).stderr(Stdio::null()).status().await;
         }
         self.set_status(rental_id, WorkloadStatus::Exited { code: status.and_then(|s| s.code()) });

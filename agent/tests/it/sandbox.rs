@@ -54,6 +54,18 @@ async fn log_contains(dir: &Path, rental_id: i64, needle: &str) -> String {
     panic!("{} never showed {needle:?}: {}", path.display(), std::fs::read_to_string(&path).unwrap_or_default());
 }
 
+/// Host pids in the rental's sandbox (its pid namespace) whose command line is `marker`.
+fn in_sandbox(rentals: &Path, rental_id: i64, marker: &str) -> Vec<i32> {
+    let ns = cardpool_agent::sandbox::SandboxStatus::read(&rentals.join(rental_id.to_string())).pid_namespace;
+    let ns = ns.map(|n| format!("pid:[{n}]"));
+    processes_with(marker)
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok().map(|l| l.to_string_lossy().into_owned()) == ns
+        })
+        .collect()
+}
+
 /// Host pids whose command line is exactly `marker` (words separated by spaces).
 fn processes_with(marker: &str) -> Vec<i32> {
     std::fs::read_dir("/proc")
@@ -108,6 +120,9 @@ async fn hostile_workloads_reach_nothing_that_is_not_theirs() {
     until(&mut rx, 21, |s| *s == WorkloadStatus::Ready).await;
     log_contains(&rentals, 21, "ready").await;
 
+    // A service on the host's loopback (a database in trust mode, say).
+    let service = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = service.local_addr().unwrap().port();
     let credential_path = credential.display().to_string();
     let victim = rentals.join("21/workspace/secret").display().to_string();
     let hostile = format!(
@@ -122,6 +137,9 @@ try other-gpu cat /dev/nvidia0
 try write-system touch /usr/bin/planted
 try write-etc touch /etc/planted
 try started-descriptor sh -c 'echo forged >&4'
+try host-loopback timeout 3 bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}'
+try host-loopback-via-gateway timeout 3 bash -c 'exec 3<>/dev/tcp/10.0.2.2/{port}'
+echo "own-network: $(grep -c tap0 /proc/net/dev)"
 try redirect-notice ln -sf /workspace/owned "$CARDPOOL_PREEMPT_NOTICE_FILE"
 echo "own-gpu: $(cat /dev/nvidia1)"
 echo "visible: $CUDA_VISIBLE_DEVICES"
@@ -148,6 +166,8 @@ exec sleep 3133
         "write-system",
         "write-etc",
         "started-descriptor",
+        "host-loopback",
+        "host-loopback-via-gateway",
         "redirect-notice",
     ] {
         assert!(log.contains(&format!("blocked: {attempt}\n")), "{attempt} not blocked:\n{log}");
@@ -157,14 +177,38 @@ exec sleep 3133
     assert!(log.contains("visible: GPU-stand-in-1\n"), "{log}");
     assert!(log.contains("devices: nvidia1 nvidiactl \n"), "{log}");
     assert!(log.contains("inside-uid: 1000"), "{log}");
+    assert!(log.contains("own-network: 1"), "a network of its own (slirp4netns: scripts/bootstrap.sh): {log}");
+    drop(service);
     let escapees = ["sleep 3131", "sleep 3132", "sleep 3133"];
     for marker in escapees {
-        let pids = processes_with(marker);
+        // They are being started as the log says "probed".
+        let mut pids = in_sandbox(&rentals, 22, marker);
+        for _ in 0..100 {
+            if !pids.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            pids = in_sandbox(&rentals, 22, marker);
+        }
         assert_eq!(pids.len(), 1, "{marker}: {pids:?}");
         if let Some(uid) = rental_uid(22).filter(|_| nix::unistd::geteuid().is_root()) {
             assert_eq!(host_uid(pids[0]), Some(uid), "{marker} runs as the rental's own uid");
         }
     }
+
+    let init = cardpool_agent::sandbox::SandboxStatus::read(&rentals.join("22")).init_pid.unwrap();
+    let network = format!("/proc/{init}/ns/net");
+    let helpers = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| {
+                let args = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                args.split(|b| *b == 0).any(|a| a == network.as_bytes())
+            })
+            .count()
+    };
+    assert_eq!(helpers(), 1, "one network helper per sandbox");
 
     // A preemption notice lands in the agent's directory, not where a link would send it.
     supervisor.preempt(22, Duration::from_secs(1)).await;
@@ -173,7 +217,8 @@ exec sleep 3133
     assert!(std::fs::symlink_metadata(&notice).unwrap().file_type().is_file());
     assert!(std::fs::read_to_string(&notice).unwrap().contains("\"reason\":\"preempted\""));
     assert!(!rentals.join("22/workspace/owned").exists());
-    // Stopped means gone: the setsid child and the double fork went with it.
+    assert_eq!(helpers(), 0, "the network helper ended with its sandbox");
+    // Stopped means gone, anywhere on the host: the setsid child and the double fork too.
     for marker in escapees {
         assert!(processes_with(marker).is_empty(), "{marker} outlived the rental");
     }
@@ -207,7 +252,7 @@ exec sleep 3133
     }
     supervisor.detach(21);
     until(&mut rx, 21, |s| matches!(s, WorkloadStatus::Exited { .. })).await;
-    assert!(processes_with("sleep 3121").is_empty());
+    assert!(in_sandbox(&rentals, 21, "sleep 3121").is_empty());
     let _ = std::fs::remove_dir_all(&root);
 }
 
