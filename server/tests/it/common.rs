@@ -191,3 +191,63 @@ pub async fn eventually<T>(within: Duration, what: &str, mut check: impl AsyncFn
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The model the agent hosts of [`TestApp::agent_host`] have.
+pub const H100: &str = "NVIDIA H100 80GB HBM3";
+
+/// A provider's ("provider@example.com") host with a real agent, see [`TestApp::agent_host`].
+pub struct AgentHost {
+    /// The provider, signed in.
+    pub provider: Client,
+    pub state: cardpool_agent::state::AgentState,
+    pub owner: cardpool_service::auth::Principal,
+    pub gpus: usize,
+    pub dir: std::path::PathBuf,
+}
+
+impl AgentHost {
+    /// Its agent, as `cardpool-agent run` would be (its sandbox runtime running workloads in
+    /// `dir`); dying with its task as with kill -9, the sandboxes left running.
+    pub fn run_agent(&self) -> tokio::task::JoinHandle<Result<(), String>> {
+        use cardpool_agent::{connection, gpu::simulated::SimulatedSource, runtime::WorkloadMode};
+        let (state, dir, spec) = (self.state.clone(), self.dir.clone(), format!("{}xH100-80GB", self.gpus));
+        tokio::spawn(async move {
+            let source = SimulatedSource::new(&spec, "rig", vec![]).unwrap();
+            connection::run(&state, &source, None, dir, WorkloadMode::Run, Duration::from_secs(1)).await
+        })
+    }
+}
+
+impl TestApp {
+    /// A host of `gpus` simulated H100s on the market: enrolled, its agent connected (see
+    /// [`AgentHost::run_agent`]) with its inventory in, priced $3.60 on-demand, $3.00 reserved
+    /// and $1.00 minimum spot bid per GPU-hour, and listed. Workloads run in a fresh `dir`.
+    pub async fn agent_host(
+        &self,
+        gpus: usize,
+        dir: std::path::PathBuf,
+    ) -> (AgentHost, tokio::task::JoinHandle<Result<(), String>>) {
+        use cardpool_service::hosts;
+        let provider = self.provider("provider@example.com").await;
+        let token = self.enrollment_token(&provider, "Lab").await;
+        let state = cardpool_agent::enrollment::enroll(&self.base, &token, "rig").await.unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let owner = accounts::principal_for_email(&self.services, "provider@example.com").await.unwrap();
+        let host = AgentHost { provider, state, owner, gpus, dir };
+        let agent = host.run_agent();
+        let (services, owner, host_id) = (&self.services, &host.owner, host.state.host_id);
+        eventually(Duration::from_secs(10), "inventory arriving", async || {
+            (hosts::get_host(services, owner, host_id).await.unwrap().gpus.len() == gpus).then_some(())
+        })
+        .await;
+        let price = cardpool_domain::host::GpuModelPrice {
+            gpu_model: H100.into(),
+            on_demand_micros: 3_600_000,
+            reserved_micros: 3_000_000,
+            spot_min_bid_micros: 1_000_000,
+        };
+        hosts::update_host_pricing(services, owner, host_id, &price).await.unwrap();
+        hosts::set_host_listed(services, owner, host_id, true).await.unwrap();
+        (host, agent)
+    }
+}

@@ -2,30 +2,17 @@
 //! sandbox, the renter reads its output by offset, follows it live as Server-Sent Events
 //! through an agent restart without a gap or a repeat, downloads it; nobody else can.
 
-use crate::common::{TestApp, eventually};
-use cardpool_agent::{
-    connection, enrollment, gpu::simulated::SimulatedSource, runtime::WorkloadMode, state::AgentState,
-};
-use cardpool_domain::{host::GpuModelPrice, rentals::LogEvent};
+use crate::common::{H100 as MODEL, TestApp};
+use cardpool_domain::rentals::LogEvent;
 use cardpool_server::{config::Config, workers};
-use cardpool_service::{Settings, accounts, backend_tests, hosts, testing::Backend};
+use cardpool_service::{Settings, backend_tests, testing::Backend};
 use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
-use std::{path::Path, time::Duration};
-use tokio::task::JoinHandle;
+use std::time::Duration;
 
-const MODEL: &str = "NVIDIA H100 80GB HBM3";
 /// Fifty numbered lines, then a numbered beat five times a second until stopped.
 const WORKLOAD: &str = "for i in $(seq 1 50); do echo \"line $i\"; done; n=0; \
     while :; do n=$((n + 1)); echo \"beat $n\"; sleep 0.2; done";
-
-fn agent(state: &AgentState, dir: &Path) -> JoinHandle<Result<(), String>> {
-    let (state, dir) = (state.clone(), dir.to_path_buf());
-    tokio::spawn(async move {
-        let source = SimulatedSource::new("1xH100-80GB", "rig", vec![]).unwrap();
-        connection::run(&state, &source, None, dir, WorkloadMode::Run, Duration::from_secs(1)).await
-    })
-}
 
 /// Reads Server-Sent Events from `response` until `enough` says so; returns them.
 async fn events(response: &mut reqwest::Response, enough: impl Fn(&[LogEvent]) -> bool) -> Vec<LogEvent> {
@@ -62,25 +49,9 @@ async fn a_renter_reads_follows_and_downloads_the_workload_log(backend: Backend)
     let config = Config { heartbeat_interval_secs: 1, host_offline_grace_secs: 10, ..Config::default() };
     let app = TestApp::spawn_configured(backend, Settings::default(), config).await;
     workers::spawn(&app.services, Duration::from_secs(10), Duration::ZERO, Duration::from_secs(1));
-    let provider = app.provider("provider@example.com").await;
-    let token = app.enrollment_token(&provider, "Lab").await;
-    let state = enrollment::enroll(&app.base, &token, "rig").await.unwrap();
     let dir = std::env::temp_dir().join(format!("cardpool-logs-{}-{backend:?}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let first = agent(&state, &dir);
-    let owner = accounts::principal_for_email(&app.services, "provider@example.com").await.unwrap();
-    eventually(Duration::from_secs(10), "inventory arriving", async || {
-        (hosts::get_host(&app.services, &owner, state.host_id).await.unwrap().gpus.len() == 1).then_some(())
-    })
-    .await;
-    let price = GpuModelPrice {
-        gpu_model: MODEL.into(),
-        on_demand_micros: 3_600_000,
-        reserved_micros: 3_000_000,
-        spot_min_bid_micros: 1_000_000,
-    };
-    hosts::update_host_pricing(&app.services, &owner, state.host_id, &price).await.unwrap();
-    hosts::set_host_listed(&app.services, &owner, state.host_id, true).await.unwrap();
+    let (host, first) = app.agent_host(1, dir.clone()).await;
+    let state = &host.state;
     let renter = app.funded_renter("renter@example.com", 20).await;
     let res = renter
         .post(app.url("/api/v1/rentals"))
@@ -116,7 +87,7 @@ async fn a_renter_reads_follows_and_downloads_the_workload_log(backend: Backend)
     let before = events(&mut feed, |seen| beats(&output(seen)).len() >= 5).await;
     first.abort();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let second = agent(&state, &dir);
+    let second = host.run_agent();
     let all = events(&mut feed, |seen| beats(&output(seen)).len() >= 15).await;
     let text = output(&before) + &output(&all);
     assert_eq!(text.lines().take(50).collect::<Vec<_>>(), numbered);
@@ -135,7 +106,7 @@ async fn a_renter_reads_follows_and_downloads_the_workload_log(backend: Backend)
     for query in ["offset=0", "follow=true", "download=true"] {
         assert_eq!(get(&stranger, query.into()).await.status(), StatusCode::NOT_FOUND, "{query}");
     }
-    assert_eq!(get(&provider, "offset=0".into()).await.status(), StatusCode::NOT_FOUND);
+    assert_eq!(get(&host.provider, "offset=0".into()).await.status(), StatusCode::NOT_FOUND);
 
     // Stopped: a follower is told it has ended.
     let res = renter.post(app.url(&format!("/api/v1/rentals/{id}/stop"))).send().await.unwrap();

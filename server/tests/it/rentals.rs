@@ -3,16 +3,12 @@
 //! its GPU visible, is preempted by an on-demand booking (SIGTERM + notice file, then
 //! `preempted`), the on-demand rental runs, is stopped and billed exactly.
 
-use crate::common::{TestApp, eventually};
-use cardpool_agent::{connection, enrollment, gpu::simulated::SimulatedSource, runtime::WorkloadMode};
-use cardpool_domain::host::GpuModelPrice;
+use crate::common::{H100 as MODEL, TestApp};
 use cardpool_server::{config::Config, workers};
-use cardpool_service::{Settings, accounts, backend_tests, hosts, ledger, rentals, testing::Backend};
+use cardpool_service::{Settings, backend_tests, hosts, ledger, rentals, testing::Backend};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::time::Duration;
-
-const MODEL: &str = "NVIDIA H100 80GB HBM3";
 
 async fn a_spot_rental_is_preempted_by_on_demand_and_billing_is_exact(backend: Backend) {
     let config = Config { heartbeat_interval_secs: 1, host_offline_grace_secs: 5, ..Config::default() };
@@ -22,31 +18,9 @@ async fn a_spot_rental_is_preempted_by_on_demand_and_billing_is_exact(backend: B
     workers::spawn(&app.services, Duration::from_secs(5), Duration::ZERO, Duration::from_secs(1));
 
     // A provider's host with two simulated H100s, priced and listed, its agent connected.
-    let provider = app.provider("provider@example.com").await;
-    let token = app.enrollment_token(&provider, "Lab").await;
-    let state = enrollment::enroll(&app.base, &token, "rig").await.unwrap();
     let rentals_dir = std::env::temp_dir().join(format!("cardpool-e2e-rentals-{}-{backend:?}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&rentals_dir);
-    let agent = {
-        let (state, dir) = (state.clone(), rentals_dir.clone());
-        tokio::spawn(async move {
-            let source = SimulatedSource::new("2xH100-80GB", "rig", vec![]).unwrap();
-            connection::run(&state, &source, None, dir, WorkloadMode::Run, Duration::from_secs(1)).await
-        })
-    };
-    let owner = accounts::principal_for_email(&app.services, "provider@example.com").await.unwrap();
-    eventually(Duration::from_secs(10), "inventory arriving", async || {
-        (hosts::get_host(&app.services, &owner, state.host_id).await.unwrap().gpus.len() == 2).then_some(())
-    })
-    .await;
-    let price = GpuModelPrice {
-        gpu_model: MODEL.into(),
-        on_demand_micros: 3_600_000,
-        reserved_micros: 3_000_000,
-        spot_min_bid_micros: 1_000_000,
-    };
-    hosts::update_host_pricing(&app.services, &owner, state.host_id, &price).await.unwrap();
-    hosts::set_host_listed(&app.services, &owner, state.host_id, true).await.unwrap();
+    let (host, agent) = app.agent_host(2, rentals_dir.clone()).await;
+    let (state, owner) = (&host.state, &host.owner);
 
     // A spot renter's workload traps SIGTERM and prints the notice it was given.
     let spot = app.funded_renter("spot@example.com", 20).await;
@@ -86,7 +60,7 @@ async fn a_spot_rental_is_preempted_by_on_demand_and_billing_is_exact(backend: B
         preempted["events"].as_array().unwrap().iter().filter_map(|e| e["state"].as_str()).collect();
     assert_eq!(states, ["requested", "provisioning", "running", "preempting", "preempted"], "{preempted}");
     let log = std::fs::read_to_string(rentals_dir.join(format!("{spot_id}/workload.log"))).unwrap();
-    let host = hosts::get_host(&app.services, &owner, state.host_id).await.unwrap();
+    let host = hosts::get_host(&app.services, owner, state.host_id).await.unwrap();
     let uuid = &host.gpus.iter().find(|g| g.index as u64 == index).unwrap().uuid;
     assert!(log.contains(&format!("gpus={uuid}\n")), "only its GPU is visible: {log}");
     assert!(log.contains("\"reason\":\"preempted\""), "the notice reached the workload: {log}");

@@ -6,33 +6,17 @@
 //! server has ended is told to stop it; and a rental whose workload vanished with a reboot
 //! fails rather than being billed on.
 
-use crate::common::{TestApp, eventually};
-use cardpool_agent::{
-    connection, enrollment, gpu::simulated::SimulatedSource, runtime::WorkloadMode, state::AgentState,
-};
-use cardpool_domain::host::GpuModelPrice;
+use crate::common::{H100 as MODEL, TestApp, eventually};
 use cardpool_server::{config::Config, workers};
-use cardpool_service::{Settings, accounts, backend_tests, hosts, testing::Backend};
+use cardpool_service::{Settings, backend_tests, hosts, testing::Backend};
 use chrono::{DateTime, Utc};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use std::{path::Path, time::Duration};
-use tokio::task::JoinHandle;
+use std::time::Duration;
 
-const MODEL: &str = "NVIDIA H100 80GB HBM3";
 const GRACE: Duration = Duration::from_secs(5);
 /// Prints one line when it starts, then runs until stopped.
 const WORKLOAD: &str = "echo started; while :; do sleep 1; done";
-
-/// The agent, as `cardpool-agent run` would be: dying with its task (like kill -9), its
-/// sandboxes left running.
-fn agent(state: &AgentState, dir: &Path) -> JoinHandle<Result<(), String>> {
-    let (state, dir) = (state.clone(), dir.to_path_buf());
-    tokio::spawn(async move {
-        let source = SimulatedSource::new("1xH100-80GB", "rig", vec![]).unwrap();
-        connection::run(&state, &source, None, dir, WorkloadMode::Run, Duration::from_secs(1)).await
-    })
-}
 
 async fn book(app: &TestApp, renter: &reqwest::Client, host_id: i64) -> i64 {
     let res = renter
@@ -58,25 +42,9 @@ async fn rentals_survive_agent_restarts_and_end_only_after_the_grace(backend: Ba
     let config = Config { heartbeat_interval_secs: 1, host_offline_grace_secs: GRACE.as_secs(), ..Config::default() };
     let app = TestApp::spawn_configured(backend, Settings::default(), config).await;
     workers::spawn(&app.services, GRACE, Duration::ZERO, Duration::from_secs(1));
-    let provider = app.provider("provider@example.com").await;
-    let token = app.enrollment_token(&provider, "Lab").await;
-    let state = enrollment::enroll(&app.base, &token, "rig").await.unwrap();
     let dir = std::env::temp_dir().join(format!("cardpool-survival-{}-{backend:?}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let first = agent(&state, &dir);
-    let owner = accounts::principal_for_email(&app.services, "provider@example.com").await.unwrap();
-    eventually(Duration::from_secs(10), "inventory arriving", async || {
-        (hosts::get_host(&app.services, &owner, state.host_id).await.unwrap().gpus.len() == 1).then_some(())
-    })
-    .await;
-    let price = GpuModelPrice {
-        gpu_model: MODEL.into(),
-        on_demand_micros: 3_600_000,
-        reserved_micros: 3_000_000,
-        spot_min_bid_micros: 1_000_000,
-    };
-    hosts::update_host_pricing(&app.services, &owner, state.host_id, &price).await.unwrap();
-    hosts::set_host_listed(&app.services, &owner, state.host_id, true).await.unwrap();
+    let (host, first) = app.agent_host(1, dir.clone()).await;
+    let (state, owner) = (&host.state, &host.owner);
     let renter = app.funded_renter("renter@example.com", 20).await;
 
     // The agent dies (kill -9, an upgrade) and is back two seconds later.
@@ -84,14 +52,14 @@ async fn rentals_survive_agent_restarts_and_end_only_after_the_grace(backend: Ba
     let running = app.wait_for_rental_state(&renter, id, "running", Duration::from_secs(15)).await;
     first.abort();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let second = agent(&state, &dir);
+    let second = host.run_agent();
     // Well past the grace, the rental still runs the same workload: adopted, not restarted.
     tokio::time::sleep(GRACE + Duration::from_secs(3)).await;
     let after = app.rental(&renter, id).await;
     assert_eq!(after["rental"]["state"], "running", "{after}");
     assert_eq!(started_lines(&dir, id), 1, "the workload was started again");
-    let host = hosts::get_host(&app.services, &owner, state.host_id).await.unwrap();
-    assert_eq!(host.host.status.as_str(), "online");
+    let detail = hosts::get_host(&app.services, owner, state.host_id).await.unwrap();
+    assert_eq!(detail.host.status.as_str(), "online");
     // Billed for every second of it, the blip included.
     let res = renter.post(app.url(&format!("/api/v1/rentals/{id}/stop"))).send().await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
@@ -115,7 +83,7 @@ async fn rentals_survive_agent_restarts_and_end_only_after_the_grace(backend: Ba
     // Its sandbox outlived the agent; the agent that comes back adopts it, reports it, and is
     // told to stop it, since the server has ended that rental.
     assert_eq!(started_lines(&dir, id), 1);
-    let third = agent(&state, &dir);
+    let third = host.run_agent();
     eventually(Duration::from_secs(20), "the ended rental's workload stopped", async || {
         let status = cardpool_agent::sandbox::SandboxStatus::read(&dir.join(id.to_string()));
         (!status.alive()).then_some(())
@@ -130,7 +98,7 @@ async fn rentals_survive_agent_restarts_and_end_only_after_the_grace(backend: Ba
     let sandbox = cardpool_agent::sandbox::SandboxStatus::read(&dir.join(id.to_string()));
     let init = sandbox.init_pid.expect("the sandbox is up").to_string();
     assert!(std::process::Command::new("kill").args(["-9", &init]).status().unwrap().success());
-    let fourth = agent(&state, &dir);
+    let fourth = host.run_agent();
     let failed = app.wait_for_rental_state(&renter, id, "failed", Duration::from_secs(30)).await;
     let reasons: Vec<&str> = failed["events"].as_array().unwrap().iter().filter_map(|e| e["reason"].as_str()).collect();
     assert!(reasons.iter().any(|r| r.contains("no longer running on the host")), "{reasons:?}");

@@ -187,7 +187,7 @@ async fn the_live_feed_shows_a_renter_only_their_gpus_and_metrics_need_the_token
     let renter = app.funded_renter("renter@example.com", 50).await;
     let res = renter
         .post(app.url("/api/v1/rentals"))
-        .json(&json!({"host_id": host, "gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 2, "workload": {"command": "train"}}))
+        .json(&json!({"host_id": host, "gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 2, "workload": {"command": "sleep 60"}}))
         .send()
         .await
         .unwrap();
