@@ -572,6 +572,15 @@ pub async fn set_host_listed(services: &Services, principal: &Principal, host_id
         if !unpriced.is_empty() {
             return Err(AppError::conflict(format!("set prices for {} first", unpriced.join(", "))));
         }
+        // A host that cannot keep renters' code away from itself never goes on the market.
+        let report: Option<cardpool_protocol::SelfTestReport> =
+            host.self_test.as_deref().and_then(|r| serde_json::from_str(r).ok());
+        if let Some(isolation) = report.iter().flat_map(|r| &r.checks).find(|c| c.name == "isolation" && !c.passed) {
+            return Err(AppError::conflict(format!(
+                "this host cannot run renters' workloads isolated: {}; see `cardpool-agent self-test`",
+                isolation.detail
+            )));
+        }
     }
     let txn = crate::db::begin_write(&services.db).await.context("starting listing change")?;
     let mut row = host.into_active_model();

@@ -246,6 +246,27 @@ mod pricing {
         );
         assert!(!detail.host.listed);
 
+        // A host whose agent cannot isolate workloads stays off the market, with the reason.
+        let check = |passed: bool, detail: &str| cardpool_protocol::SelfTestCheck {
+            name: "isolation".into(),
+            passed,
+            detail: detail.into(),
+        };
+        let unsafe_host = cardpool_protocol::SelfTestReport {
+            source: "NVML".into(),
+            checks: vec![check(false, "commands cannot run sandboxed (bubblewrap is not installed)")],
+        };
+        let host = hosts::authenticate_host(&services, &enrolled.credential).await.unwrap();
+        hosts::record_self_test(&services, &host, &unsafe_host).await.unwrap();
+        let refused = hosts::set_host_listed(&services, &provider, host.id, true).await;
+        assert!(
+            matches!(&refused, Err(AppError::Conflict(m)) if m.contains("bubblewrap is not installed")),
+            "{refused:?}"
+        );
+        assert!(!hosts::get_host(&services, &provider, host.id).await.unwrap().host.listed);
+        let safe_host = cardpool_protocol::SelfTestReport { checks: vec![check(true, "sandboxed")], ..unsafe_host };
+        hosts::record_self_test(&services, &host, &safe_host).await.unwrap();
+
         hosts::set_host_listed(&services, &provider, host.id, true).await.unwrap();
         assert!(hosts::get_host(&services, &provider, host.id).await.unwrap().host.listed);
         hosts::set_host_listed(&services, &provider, host.id, false).await.unwrap();
