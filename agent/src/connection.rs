@@ -23,6 +23,8 @@ use tokio_tungstenite::tungstenite::{self, Message, client::IntoClientRequest, h
 
 const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// How long an ended rental's directory (its log, its workspace) is kept on the host.
+const KEEP_ENDED: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How often the inventory is re-read to notice changes (a GPU falling off the bus, say).
 const INVENTORY_REFRESH: Duration = Duration::from_secs(15);
 
@@ -132,6 +134,7 @@ pub async fn run(
     }
     let (supervisor, mut updates) = Supervisor::new(reachable, runtimes.process, runtimes.container);
     let adopted = supervisor.adopt();
+    supervisor.prune(KEEP_ENDED);
     if !adopted.is_empty() {
         eprintln!("cardpool-agent: still running from before: rentals {adopted:?}");
     }
@@ -286,6 +289,7 @@ async fn session(agent: &Agent<'_>, backoff: &mut Backoff, updates: &mut Unbound
             }
             Some((rental_id, status)) = updates.recv() => AgentMessage::RentalStatus { rental_id, status },
             _ = refresh.tick() => {
+                supervisor.prune(KEEP_ENDED);
                 match inventory(source, location) {
                     Ok(current) if current != last_inventory => {
                         last_inventory = current.clone();

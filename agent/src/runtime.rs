@@ -144,8 +144,11 @@ impl Runtime for ContainerRuntime {
         command.arg("-v").arg(format!("{}:/workspace", workspace.display()));
         command.arg("-v").arg(format!("{}:/{NOTICE_DIR}:ro", dir.join(NOTICE_DIR).display()));
         command.args(["-w", "/workspace", "-e", "HOME=/workspace"]);
+        // `-e NAME` takes the value from the client's environment: the renter's values (API
+        // keys, say) never appear in a command line that anyone on the host can read.
         for (key, value) in rental_env(spec, &format!("/{NOTICE_DIR}/{NOTICE_FILE}")) {
-            command.arg("-e").arg(format!("{key}={value}"));
+            command.arg("-e").arg(&key);
+            command.env(key, value);
         }
         command.arg("-e").arg(format!("NVIDIA_VISIBLE_DEVICES={}", spec.gpu_uuids.join(",")));
         command.arg("--").arg(image);
@@ -281,7 +284,16 @@ mod tests {
         let joined = args.join(" ");
         assert!(joined.contains("--gpus \"device=GPU-a,GPU-b\""), "{joined}");
         assert!(joined.contains("--name cardpool-rental-7"), "{joined}");
-        assert!(joined.contains("-e EPOCHS=3"), "{joined}");
+        assert!(
+            joined.contains("-e EPOCHS ") && !joined.contains("EPOCHS=3"),
+            "values stay off the command line: {joined}"
+        );
+        let env: Vec<(String, String)> = command
+            .as_std()
+            .get_envs()
+            .filter_map(|(k, v)| Some((k.to_string_lossy().into_owned(), v?.to_string_lossy().into_owned())))
+            .collect();
+        assert!(env.contains(&("EPOCHS".into(), "3".into())), "{env:?}");
         assert!(!joined.contains("0,1,2,3,4,5,6,7"), "renter env must not widen the GPUs: {joined}");
         assert!(joined.contains("--user 1000:1000 --cap-drop ALL --security-opt no-new-privileges"), "{joined}");
         assert!(joined.contains("--pids-limit 8192 --cpus 16.000 --memory 137438953472"), "{joined}");

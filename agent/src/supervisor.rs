@@ -156,6 +156,25 @@ impl Supervisor {
         crate::logs::read(&self.inner.dir.join(rental_id.to_string()), offset, max_bytes, running)
     }
 
+    /// Removes the directories (log, workspace) of rentals that ended more than `kept` ago:
+    /// their log stays downloadable that long. Returns how many went.
+    pub fn prune(&self, kept: Duration) -> usize {
+        let Ok(entries) = std::fs::read_dir(&self.inner.dir) else { return 0 };
+        let running = self.running();
+        let mut pruned = 0;
+        for entry in entries.flatten() {
+            let Some(rental_id) = entry.file_name().to_str().and_then(|n| n.parse::<i64>().ok()) else { continue };
+            let dir = entry.path();
+            let last_written = std::fs::metadata(dir.join(LOG_FILE)).or_else(|_| std::fs::metadata(&dir));
+            let old = last_written.and_then(|m| m.modified()).is_ok_and(|t| t.elapsed().is_ok_and(|age| age > kept));
+            let alive = self.inner.process.as_ref().is_some_and(|r| r.adopt(&dir));
+            if old && !running.contains(&rental_id) && !alive && std::fs::remove_dir_all(&dir).is_ok() {
+                pruned += 1;
+            }
+        }
+        pruned
+    }
+
     /// Keeps every running workload's log to its ring.
     pub fn trim_logs(&self) {
         for rental_id in self.running() {
@@ -574,6 +593,29 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(300)).await;
         supervisor.detach(6);
         assert_eq!(next(&mut rx).await, (6, WorkloadStatus::Exited { code: Some(0) }));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn ended_rentals_directories_go_after_a_while_running_ones_never() {
+        let dir = temp_dir("prune");
+        let (supervisor, mut rx) = Supervisor::new(dir.clone(), sandbox(), None);
+        supervisor.attach(spec(8, "echo old; exit 0"));
+        supervisor.attach(spec(9, "echo running; while :; do sleep 1; done"));
+        loop {
+            if next(&mut rx).await == (8, WorkloadStatus::Exited { code: Some(0) }) {
+                break;
+            }
+        }
+        let week_ago = std::time::SystemTime::now() - Duration::from_secs(8 * 24 * 3600);
+        for id in [8, 9] {
+            let log = std::fs::OpenOptions::new().append(true).open(dir.join(format!("{id}/{LOG_FILE}"))).unwrap();
+            log.set_modified(week_ago).unwrap();
+        }
+        std::fs::create_dir_all(dir.join("10")).unwrap(); // ended just now
+        assert_eq!(supervisor.prune(Duration::from_secs(7 * 24 * 3600)), 1);
+        assert!(!dir.join("8").exists() && dir.join("9").exists() && dir.join("10").exists());
+        supervisor.detach(9);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
