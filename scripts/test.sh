@@ -45,11 +45,14 @@ rm -rf end2end/screenshots
 # Playwright empties end2end/test-results/ when it starts, so the servers log beside the build.
 mkdir -p target/e2e-logs
 
-# Playwright against the release server run.sh --check just built and checked.
+# Playwright against the release server run.sh --check just built and checked. Its hosts
+# beat every second and a silent one is offline after 5 s (and judged from 10 s after start),
+# so a test that stops an agent sees the host go offline without waiting the production 20 s.
 e2e() {
   local backend=$1 url=$2
   say "Playwright on $backend"
-  start_server "$PWD/target/release/cardpool" "target/e2e-logs/server-$backend.log" \
+  CARDPOOL_HEARTBEAT_INTERVAL_SECS=1 CARDPOOL_HOST_OFFLINE_GRACE_SECS=5 CARDPOOL_AGENT_RECONNECT_SECS=5 \
+    start_server "$PWD/target/release/cardpool" "target/e2e-logs/server-$backend.log" \
     --database-url "$url" --demo --site-root "$PWD/target/site"
   if ! (cd end2end && CARDPOOL_E2E_URL="$SERVER_URL" CARDPOOL_E2E_BACKEND="$backend" \
     CARDPOOL_AGENT_BIN="$PWD/../target/debug/cardpool-agent" npx playwright test); then

@@ -70,8 +70,11 @@ test("a provider enrolls a simulated host with one agent command and sees it onl
     expect(detail.prices[0]).toMatchObject({ on_demand_micros: 2490000, reserved_micros: 1990000, spot_min_bid_micros: 800000 });
     expect(detail.host.listed).toBe(true);
 
+    // A stopped agent is not an outage at once (it may be restarting); a host silent past the
+    // offline grace (5 s on the test servers) is offline.
     agent.kill("SIGTERM");
     await expect(page.getByRole("heading").getByTestId("host-status")).toHaveText("offline", { timeout: 20_000 });
+    await expect(page.getByText("missed heartbeats")).toBeVisible();
   } finally {
     agent?.kill("SIGKILL");
     rmSync(stateDir, { recursive: true, force: true });
