@@ -55,7 +55,7 @@ const JOIN_AND_EXEC: &str = "status=$1; started=$2; slirp=$3; n=$4; shift 4; \
         [ -n \"$pid\" ] || sleep 0.01; i=$((i + 1)); done; \
     net=; if [ -n \"$pid\" ]; then \"$slirp\" --configure --mtu=65520 --disable-host-loopback \
         --netns-type=path \"/proc/$pid/ns/net\" tap0 >/dev/null 2>&1 & net=$!; fi; \
-    wait \"$sandbox\"; code=$?; [ -z \"$net\" ] || kill \"$net\" 2>/dev/null; exit \"$code\"";
+    wait \"$sandbox\"; code=$?; [ -z \"$net\" ] || { kill \"$net\"; wait \"$net\"; } 2>/dev/null; exit \"$code\"";
 /// The sandbox's first command: waits (5 s at most) for its network when it has its own, says
 /// it is up, lets go of that descriptor, takes the renter's environment and runs the renter's
 /// command (`$0`).

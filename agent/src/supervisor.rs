@@ -301,6 +301,9 @@ impl Supervisor {
         if let Err(err) = tokio::fs::create_dir_all(dir.join(NOTICE_DIR)).await {
             return fail(format!("cannot create {}: {err}", dir.display()));
         }
+        // Nobody else lists the rental's directory or reads its log; its sandbox only passes
+        // through to its workspace.
+        let _ = std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o711));
         let _ = tokio::fs::remove_file(dir.join(NOTICE_DIR).join(NOTICE_FILE)).await;
         match serde_json::to_vec(&spec) {
             Ok(json) => {
@@ -310,7 +313,8 @@ impl Supervisor {
             }
             Err(err) => return fail(err.to_string()),
         }
-        let log = match std::fs::OpenOptions::new().create(true).append(true).open(dir.join(LOG_FILE)) {
+        use std::os::unix::fs::OpenOptionsExt;
+        let log = match std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(dir.join(LOG_FILE)) {
             Ok(log) => log,
             Err(err) => return fail(format!("cannot open log: {err}")),
         };
@@ -616,6 +620,7 @@ mod tests {
         assert_eq!(supervisor.prune(Duration::from_secs(7 * 24 * 3600)), 1);
         assert!(!dir.join("8").exists() && dir.join("9").exists() && dir.join("10").exists());
         supervisor.detach(9);
+        while !matches!(next(&mut rx).await, (9, WorkloadStatus::Exited { .. })) {}
         let _ = std::fs::remove_dir_all(&dir);
     }
 
