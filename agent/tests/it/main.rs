@@ -1,3 +1,4 @@
 //! The agent's integration tests: one binary (see `server/tests/it`).
 
 mod sandbox;
+mod supervisor;
