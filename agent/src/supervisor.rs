@@ -313,56 +313,21 @@ impl Supervisor {
             }
             Err(err) => return fail(err.to_string()),
         }
-        use std::os::unix::fs::OpenOptionsExt;
-        let log = match std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(dir.join(LOG_FILE)) {
-            Ok(log) => log,
-            Err(err) => return fail(format!("cannot open log: {err}")),
+        // A start that fails before the workload runs is tried once more: bubblewrap's setup
+        // can trip over a passing kernel hiccup (seen: "loopback: Failed RTM_NEWADDR" once in
+        // many runs), and a paid rental should not fail for it. A real fault fails twice.
+        let started = match self.start(&runtime, &spec, &dir).await {
+            Ok(started) => Ok(started),
+            Err(first) => {
+                eprintln!("cardpool-agent: rental {rental_id} did not start ({first}); trying once more");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                self.start(&runtime, &spec, &dir).await
+            }
         };
-        let mut command = match runtime.command(&spec, &dir) {
-            Ok(command) => command,
+        let (mut child, pgid, stop_rx) = match started {
+            Ok(started) => started,
             Err(reason) => return fail(reason),
         };
-        let stderr = match log.try_clone() {
-            Ok(f) => Stdio::from(f),
-            Err(_) => Stdio::null(),
-        };
-        command.stdin(Stdio::null()).stdout(Stdio::from(log)).stderr(stderr);
-        command.kill_on_drop(!runtime.survives_agent());
-        let mut child = match command.spawn() {
-            Ok(child) => child,
-            Err(err) => return fail(format!("cannot start the workload: {err}")),
-        };
-        drop(command);
-        let pgid = child.id().and_then(|id| i32::try_from(id).ok());
-        let (stop_tx, stop_rx) = oneshot::channel::<Duration>();
-        {
-            let mut workloads = self.inner.workloads.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(w) = workloads.get_mut(&rental_id) {
-                w.pgid = pgid;
-                w.runtime = Some(runtime.clone());
-                w.stop = Some(stop_tx);
-            }
-        }
-        // Ready (and billed) only once the workload really runs; a start that fails is a
-        // failure with its reason, never billed time.
-        while !runtime.started(&dir) {
-            tokio::select! {
-                status = child.wait() => {
-                    if runtime.started(&dir) {
-                        break;
-                    }
-                    runtime.signal(rental_id, &dir, pgid, Signal::SIGKILL);
-                    if let Some(mut cleanup) = runtime.cleanup(rental_id, &dir) {
-                        let _ = cleanup.stdout(Stdio::null()).stderr(Stdio::null()).status().await;
-                    }
-                    let code = status.ok().and_then(|s| s.code()).map_or_else(|| "a signal".to_owned(), |c| format!("code {c}"));
-                    let log = crate::logs::read(&dir, None, 4096, false).map(|c| c.data).unwrap_or_default();
-                    let last = log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output");
-                    return fail(format!("the workload did not start ({code}): {}", last.chars().take(300).collect::<String>()));
-                }
-                () = tokio::time::sleep(Duration::from_millis(50)) => {}
-            }
-        }
         self.set_status(rental_id, WorkloadStatus::Ready);
         let status = tokio::select! {
             status = child.wait() => status.ok(),
@@ -385,6 +350,68 @@ impl Supervisor {
             let _ = cleanup.stdout(Stdio::null()).stderr(Stdio::null()).status().await;
         }
         self.set_status(rental_id, WorkloadStatus::Exited { code: status.and_then(|s| s.code()) });
+    }
+
+    /// Starts the workload and waits until it really runs: its child, process group and
+    /// stop channel, or why it did not start.
+    async fn start(
+        &self,
+        runtime: &Arc<dyn Runtime>,
+        spec: &AttachSpec,
+        dir: &std::path::Path,
+    ) -> Result<(tokio::process::Child, Option<i32>, oneshot::Receiver<Duration>), String> {
+        let rental_id = spec.rental_id;
+        use std::os::unix::fs::OpenOptionsExt;
+        let log = match std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(dir.join(LOG_FILE)) {
+            Ok(log) => log,
+            Err(err) => return Err(format!("cannot open log: {err}")),
+        };
+        let mut command = match runtime.command(spec, dir) {
+            Ok(command) => command,
+            Err(reason) => return Err(reason),
+        };
+        let stderr = match log.try_clone() {
+            Ok(f) => Stdio::from(f),
+            Err(_) => Stdio::null(),
+        };
+        command.stdin(Stdio::null()).stdout(Stdio::from(log)).stderr(stderr);
+        command.kill_on_drop(!runtime.survives_agent());
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(err) => return Err(format!("cannot start the workload: {err}")),
+        };
+        drop(command);
+        let pgid = child.id().and_then(|id| i32::try_from(id).ok());
+        let (stop_tx, stop_rx) = oneshot::channel::<Duration>();
+        {
+            let mut workloads = self.inner.workloads.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(w) = workloads.get_mut(&rental_id) {
+                w.pgid = pgid;
+                w.runtime = Some(runtime.clone());
+                w.stop = Some(stop_tx);
+            }
+        }
+        // Ready (and billed) only once the workload really runs; a start that fails is a
+        // failure with its reason, never billed time.
+        while !runtime.started(dir) {
+            tokio::select! {
+                status = child.wait() => {
+                    if runtime.started(dir) {
+                        break;
+                    }
+                    runtime.signal(rental_id, dir, pgid, Signal::SIGKILL);
+                    if let Some(mut cleanup) = runtime.cleanup(rental_id, dir) {
+                        let _ = cleanup.stdout(Stdio::null()).stderr(Stdio::null()).status().await;
+                    }
+                    let code = status.ok().and_then(|s| s.code()).map_or_else(|| "a signal".to_owned(), |c| format!("code {c}"));
+                    let log = crate::logs::read(dir, None, 4096, false).map(|c| c.data).unwrap_or_default();
+                    let last = log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output");
+                    return Err(format!("the workload did not start ({code}): {}", last.chars().take(300).collect::<String>()));
+                }
+                () = tokio::time::sleep(Duration::from_millis(50)) => {}
+            }
+        }
+        Ok((child, pgid, stop_rx))
     }
 
     /// Writes the notice file and sends SIGTERM now; the workload is killed when `grace` ends.
