@@ -79,6 +79,42 @@ fn processes_with(marker: &str) -> Vec<i32> {
         .collect()
 }
 
+/// The cpu quota, memory and pids limits of `pid`'s cgroups (v1 or v2), as the kernel holds
+/// them; empty where the process is in no rental cgroup.
+fn cgroup_limits(pid: i32) -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    let mut limits = Vec::new();
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next(), parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        if !path.contains("cardpool-rental-") {
+            continue;
+        }
+        let read = |dir: &str, file: &str| std::fs::read_to_string(format!("/sys/fs/cgroup/{dir}{path}/{file}")).ok();
+        let mut push = |name: &str, value: Option<String>| {
+            if let Some(value) = value {
+                limits.push((name.to_owned(), value.trim().to_owned()));
+            }
+        };
+        if controllers.is_empty() {
+            push("memory", read("", "memory.max"));
+            push("pids", read("", "pids.max"));
+            push("cpu", read("", "cpu.max"));
+        } else {
+            let dir = controllers.to_owned();
+            for controller in controllers.split(',') {
+                match controller {
+                    "memory" => push("memory", read(&dir, "memory.limit_in_bytes")),
+                    "pids" => push("pids", read(&dir, "pids.max")),
+                    "cpu" => push("cpu", read(&dir, "cpu.cfs_quota_us")),
+                    _ => {}
+                }
+            }
+        }
+    }
+    limits
+}
+
 fn host_uid(pid: i32) -> Option<u32> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status.lines().find_map(|l| l.strip_prefix("Uid:"))?.split_whitespace().next()?.parse().ok()
@@ -209,6 +245,19 @@ exec sleep 3133
             .count()
     };
     assert_eq!(helpers(), 1, "one network helper per sandbox");
+
+    // Its share of the host, enforced by its cgroups where the agent can create them: one GPU
+    // of four is a quarter of 2 cores and 4 GiB, and its process cap.
+    let member = in_sandbox(&rentals, 22, "sleep 3133")[0];
+    let limits = cgroup_limits(member);
+    eprintln!("rental 22's cgroup limits: {limits:?}");
+    if !limits.is_empty() {
+        for (name, wanted) in [("memory", "1073741824"), ("pids", "48"), ("cpu", "50000")] {
+            if let Some(value) = limits.iter().find(|(n, _)| n == name).map(|(_, v)| v) {
+                assert!(value.starts_with(wanted), "{name}: {value}, wanted {wanted}");
+            }
+        }
+    }
 
     // A preemption notice lands in the agent's directory, not where a link would send it.
     supervisor.preempt(22, Duration::from_secs(1)).await;
