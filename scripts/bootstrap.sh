@@ -26,6 +26,8 @@ command -v npm >/dev/null || apt_install nodejs npm
 # each with a network of its own through slirp4netns.
 command -v bwrap >/dev/null || apt_install bubblewrap
 command -v slirp4netns >/dev/null || apt_install slirp4netns
+# SSH into rentals: the SFTP server runs inside the sandbox (scp and sftp use it).
+[[ -x /usr/lib/openssh/sftp-server ]] || apt_install openssh-sftp-server
 
 if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
   say "rustup target add wasm32-unknown-unknown"
@@ -56,6 +58,9 @@ npm_ci .
 if $with_test; then
   npm_ci end2end
   command -v chromium >/dev/null || apt_install chromium
+  # The SSH tests drive Debian's OpenSSH client; their rental serves files with Python.
+  command -v ssh >/dev/null || apt_install openssh-client
+  command -v python3 >/dev/null || apt_install python3
   if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
     say "starting PostgreSQL"
     as_root pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start

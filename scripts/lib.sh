@@ -15,8 +15,10 @@ start_server() {
   local binary=$1 log=$2 port started
   shift 2
   port=$(free_port)
+  SERVER_SSH_PORT=$(free_port)
   SERVER_DIR=$(mktemp -d)
-  (cd "$SERVER_DIR" && exec "$binary" serve --addr "127.0.0.1:$port" "$@") >"$log" 2>&1 &
+  (cd "$SERVER_DIR" && CARDPOOL_SSH_ADDR="127.0.0.1:$SERVER_SSH_PORT" exec "$binary" serve --addr "127.0.0.1:$port" "$@") \
+    >"$log" 2>&1 &
   SERVER_PID=$!
   SERVER_URL="http://127.0.0.1:$port"
   started=$(date +%s)

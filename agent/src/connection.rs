@@ -13,6 +13,7 @@ use crate::{
     state::AgentState,
     supervisor::{StatusUpdate, Supervisor},
     telemetry::{self, FRAMES_PER_MESSAGE, IN_FLIGHT_FRAMES, TelemetryBuffer},
+    tunnels::Tunnels,
 };
 use cardpool_protocol::{AgentMessage, Inventory, PROTOCOL_VERSION, ServerMessage};
 use futures_util::{SinkExt, StreamExt};
@@ -266,8 +267,16 @@ async fn session(agent: &Agent<'_>, backoff: &mut Backoff, updates: &mut Unbound
     // Telemetry sent on this connection (a new connection replays what was not acknowledged).
     let mut sent = agent.telemetry.lock().unwrap_or_else(|p| p.into_inner()).acked();
     agent.fresh.notify_one();
+    // SSH channels live as long as this connection (the server's side of them does too).
+    let (tunnels, mut tunnel_frames) = Tunnels::new(supervisor.clone());
     loop {
         let outgoing = tokio::select! {
+            Some(frame) = tunnel_frames.recv() => {
+                if let Err(err) = tx.send(frame).await {
+                    return Ended::Dropped(err.to_string());
+                }
+                continue;
+            }
             () = agent.fresh.notified() => match next_telemetry(agent, &mut sent) {
                 Some(message) => message,
                 None => continue,
@@ -327,6 +336,26 @@ async fn session(agent: &Agent<'_>, backoff: &mut Backoff, updates: &mut Unbound
                     Ok(ServerMessage::ReadLogs { request_id, rental_id, offset, max_bytes }) => {
                         AgentMessage::Logs { request_id, chunk: supervisor.read_log(rental_id, offset, max_bytes) }
                     }
+                    Ok(ServerMessage::OpenChannel { channel, rental_id, target, terminal, env }) => {
+                        tunnels.open(channel, rental_id, target, terminal, env);
+                        continue;
+                    }
+                    Ok(ServerMessage::ChannelWindow { channel, bytes }) => {
+                        tunnels.window(channel, bytes);
+                        continue;
+                    }
+                    Ok(ServerMessage::ChannelEof { channel }) => {
+                        tunnels.eof(channel);
+                        continue;
+                    }
+                    Ok(ServerMessage::ChannelResize { channel, cols, rows }) => {
+                        tunnels.resize(channel, cols, rows);
+                        continue;
+                    }
+                    Ok(ServerMessage::ChannelClose { channel }) => {
+                        tunnels.close(channel);
+                        continue;
+                    }
                     Ok(ServerMessage::TelemetryAck { stream, sequence }) => {
                         agent.telemetry.lock().unwrap_or_else(|p| p.into_inner()).ack(stream, sequence);
                         // The window may have room again, or a replay has more to send.
@@ -335,6 +364,10 @@ async fn session(agent: &Agent<'_>, backoff: &mut Backoff, updates: &mut Unbound
                     }
                     _ => continue,
                 },
+                Some(Ok(Message::Binary(frame))) => {
+                    tunnels.data(&frame);
+                    continue;
+                }
                 Some(Ok(Message::Close(_))) | None => return Ended::Dropped("server closed the connection".into()),
                 Some(Ok(_)) => continue,
                 Some(Err(err)) => return Ended::Dropped(err.to_string()),

@@ -12,3 +12,4 @@ pub mod selftest;
 pub mod state;
 pub mod supervisor;
 pub mod telemetry;
+pub mod tunnels;

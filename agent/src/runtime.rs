@@ -63,6 +63,15 @@ pub trait Runtime: Send + Sync {
     fn cleanup(&self, _rental_id: i64, _dir: &Path) -> Option<Command> {
         None
     }
+    /// The argv that runs `argv` inside the running rental (its namespaces, user, limits and
+    /// environment), for an SSH channel. The caller clears the environment and sets its own.
+    fn enter(&self, _rental_id: i64, _dir: &Path, _gpus: usize, _argv: &[String]) -> Result<Vec<String>, String> {
+        Err(format!("the {} runtime offers no shell on this host", self.name()))
+    }
+    /// The rental's own network namespace (`/proc/PID/ns/net`), for a forwarded port.
+    fn network(&self, _dir: &Path) -> Result<PathBuf, String> {
+        Err(format!("the {} runtime offers no port forwarding on this host", self.name()))
+    }
 }
 
 pub(crate) fn rental_env(spec: &AttachSpec, notice: &str) -> Vec<(String, String)> {

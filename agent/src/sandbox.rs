@@ -56,6 +56,12 @@ const JOIN_AND_EXEC: &str = "status=$1; started=$2; slirp=$3; n=$4; shift 4; \
     net=; if [ -n \"$pid\" ]; then \"$slirp\" --configure --mtu=65520 --disable-host-loopback \
         --netns-type=path \"/proc/$pid/ns/net\" tap0 >/dev/null 2>&1 & net=$!; fi; \
     wait \"$sandbox\"; code=$?; [ -z \"$net\" ] || { kill \"$net\"; wait \"$net\"; } 2>/dev/null; exit \"$code\"";
+/// Run as root before entering a running sandbox (an SSH channel): `$1` how many cgroup.procs
+/// files follow, then those files, then the command.
+const JOIN: &str = "n=$1; shift; while [ \"$n\" -gt 0 ]; do echo 0 > \"$1\" || exit 125; shift; n=$((n - 1)); done; \
+    exec \"$@\"";
+/// Inside a sandbox that was entered: the renter's environment, then the command (`$@`).
+const ENTERED: &str = ". /cardpool/environment; cd /workspace 2>/dev/null; exec \"$@\"";
 /// The sandbox's first command: waits (5 s at most) for its network when it has its own, says
 /// it is up, lets go of that descriptor, takes the renter's environment and runs the renter's
 /// command (`$0`).
@@ -212,16 +218,26 @@ impl Cgroups {
         Ok(procs)
     }
 
-    /// Removes the rental's (now empty) cgroups.
-    fn remove(&self, rental_id: i64) {
+    /// The rental's cgroup directories (one per hierarchy).
+    fn rental_dirs(&self, rental_id: i64) -> Vec<PathBuf> {
         let name = format!("cardpool-rental-{rental_id}");
         let parents: Vec<&PathBuf> = match self {
             Cgroups::V2(parent) => vec![parent],
             Cgroups::V1 { cpu, memory, pids } => [cpu, memory, pids].into_iter().flatten().collect(),
             Cgroups::Unavailable(_) => vec![],
         };
-        for parent in parents {
-            let _ = std::fs::remove_dir(parent.join(&name));
+        parents.into_iter().map(|p| p.join(&name)).collect()
+    }
+
+    /// The `cgroup.procs` files of the rental's cgroups, where they exist.
+    fn procs(&self, rental_id: i64) -> Vec<PathBuf> {
+        self.rental_dirs(rental_id).into_iter().map(|d| d.join("cgroup.procs")).filter(|p| p.exists()).collect()
+    }
+
+    /// Removes the rental's (now empty) cgroups.
+    fn remove(&self, rental_id: i64) {
+        for dir in self.rental_dirs(rental_id) {
+            let _ = std::fs::remove_dir(dir);
         }
     }
 }
@@ -546,6 +562,54 @@ impl Runtime for SandboxRuntime {
     fn finished(&self, dir: &Path) -> Option<Option<i32>> {
         let status = SandboxStatus::read(dir);
         (!status.alive()).then_some(status.exit_code)
+    }
+
+    fn enter(&self, rental_id: i64, dir: &Path, gpus: usize, argv: &[String]) -> Result<Vec<String>, String> {
+        // The sandbox's namespaces belong to an outer user namespace of which only the
+        // rental's own uid is the owner, and its processes run in a nested one (that is what
+        // keeps them from making user namespaces of their own). So root joins the namespaces
+        // first, then becomes the rental's uid without privileges, and only then joins the
+        // nested user namespace: an agent that is not root cannot do the first step.
+        if !self.own_uids {
+            return Err("shells inside sandboxes need the agent to run as root (as its service does)".into());
+        }
+        let status = SandboxStatus::read(dir);
+        let init = status.init_pid.filter(|_| status.alive()).ok_or("the rental's sandbox is not running")?;
+        let uid = rental_uid(rental_id).ok_or("the rental id is out of the range of rental uids")?;
+        let (_, _, pids) = self.shares.for_gpus(gpus);
+        let procs = self.cgroups.procs(rental_id);
+        let mut command: Vec<String> = vec!["/bin/sh".into(), "-c".into(), JOIN.into(), "cardpool-enter".into()];
+        command.push(procs.len().to_string());
+        command.extend(procs.iter().map(|p| p.to_string_lossy().into_owned()));
+        command.extend(["/usr/bin/prlimit".into(), format!("--nproc={pids}:{pids}"), "--".into()]);
+        command.extend(["/usr/bin/nsenter".into(), format!("--target={init}")]);
+        for namespace in ["--mount", "--pid", "--net", "--ipc", "--uts", "--cgroup", "--root", "--wd", "--"] {
+            command.push(namespace.into());
+        }
+        command.extend(["/usr/bin/setpriv".into(), format!("--reuid={uid}"), format!("--regid={uid}")]);
+        command.extend(["--clear-groups".into(), "--no-new-privs".into(), "--".into()]);
+        // Inside the sandbox's pid namespace now: its init is pid 1.
+        command.extend([
+            "/usr/bin/nsenter".into(),
+            "--target=1".into(),
+            "--user".into(),
+            "--preserve-credentials".into(),
+        ]);
+        command.extend(["--".into(), "/bin/sh".into(), "-c".into(), ENTERED.into(), "cardpool-shell".into()]);
+        command.extend(argv.iter().cloned());
+        Ok(command)
+    }
+
+    fn network(&self, dir: &Path) -> Result<PathBuf, String> {
+        let status = SandboxStatus::read(dir);
+        let init = status.init_pid.filter(|_| status.alive()).ok_or("the rental's sandbox is not running")?;
+        let netns = PathBuf::from(format!("/proc/{init}/ns/net"));
+        let inode = |path: &Path| std::fs::metadata(path).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).ok();
+        if inode(&netns).is_none() || inode(&netns) == inode(Path::new("/proc/self/ns/net")) {
+            // Without a network of its own, "localhost" would be the provider's.
+            return Err("this host's sandboxes share its network (no slirp4netns), so ports are not forwarded".into());
+        }
+        Ok(netns)
     }
 
     fn cleanup(&self, rental_id: i64, dir: &Path) -> Option<Command> {

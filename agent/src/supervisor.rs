@@ -156,6 +156,21 @@ impl Supervisor {
         crate::logs::read(&self.inner.dir.join(rental_id.to_string()), offset, max_bytes, running)
     }
 
+    /// The running rental's runtime, directory and number of GPUs, for an SSH channel into it.
+    pub fn entry(&self, rental_id: i64) -> Result<(Arc<dyn Runtime>, PathBuf, usize), String> {
+        let workloads = self.inner.workloads.lock().unwrap_or_else(|p| p.into_inner());
+        match workloads.get(&rental_id) {
+            Some(w) if w.status == WorkloadStatus::Ready => match &w.runtime {
+                Some(runtime) => Ok((runtime.clone(), self.inner.dir.join(rental_id.to_string()), w.gpu_indexes.len())),
+                None => Err("the rental's workload is stopping".into()),
+            },
+            Some(w) if w.status == WorkloadStatus::Provisioning => {
+                Err("the rental's workload is still starting".into())
+            }
+            _ => Err("this host runs no workload for that rental".into()),
+        }
+    }
+
     /// Removes the directories (log, workspace) of rentals that ended more than `kept` ago:
     /// their log stays downloadable that long. Returns how many went.
     pub fn prune(&self, kept: Duration) -> usize {

@@ -35,6 +35,7 @@ use pages::{
     rentals::{RentPage, RentalPage, RentalsPage},
     sign_in::SignInPage,
     sign_up::SignUpPage,
+    ssh_keys::SshKeysPage,
     wallet::{ReceiptPage, WalletPage},
 };
 
@@ -81,6 +82,7 @@ pub fn App() -> impl IntoView {
                         <Route path=path!("/sign-in") view=SignInPage />
                         <Route path=path!("/account") view=AccountPage />
                         <Route path=path!("/account/tokens") view=ApiTokensPage />
+                        <Route path=path!("/account/ssh-keys") view=SshKeysPage />
                         <Route path=path!("/admin/fleet") view=AdminFleetPage />
                         <Route path=path!("/admin/users") view=AdminUsersPage />
                         <Route path=path!("/admin/credits") view=AdminCreditsPage />

@@ -212,6 +212,36 @@ impl CreateApiTokenRequest {
     }
 }
 
+/// Longest SSH public key accepted (an RSA-16384 key fits).
+pub const MAX_SSH_KEY_LEN: usize = 16 << 10;
+/// SSH keys one account may hold.
+pub const MAX_SSH_KEYS: u64 = 50;
+
+/// An SSH public key of the account: the SSH gateway lets it into any of the account's
+/// running rentals.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SshKey {
+    pub id: i64,
+    pub name: String,
+    /// `ssh-ed25519`, `ssh-rsa`, ...
+    pub algorithm: String,
+    /// `SHA256:...`, as `ssh-keygen -lf` prints it.
+    pub fingerprint: String,
+    pub created_at: DateTime<Utc>,
+    pub last_used_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AddSshKeyRequest {
+    /// A label ("laptop"); the key's comment when left empty.
+    #[serde(default)]
+    pub name: String,
+    /// One OpenSSH public key line: `ssh-ed25519 AAAA... comment`.
+    pub public_key: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

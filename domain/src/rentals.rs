@@ -279,6 +279,22 @@ pub struct RentalEvent {
 pub struct RentalDetail {
     pub rental: Rental,
     pub events: Vec<RentalEvent>,
+    /// How to get into the rental over SSH, when this server runs its SSH gateway.
+    #[serde(default)]
+    pub ssh: Option<SshAccess>,
+}
+
+/// The way into a rental: `ssh -p PORT rID@HOST`, through Cardpool's gateway.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SshAccess {
+    /// The command to copy, e.g. `ssh -p 2222 r42@cardpool.example`.
+    pub command: String,
+    pub user: String,
+    pub host: String,
+    pub port: u16,
+    /// The gateway's host key, `SHA256:...`: what `ssh` asks you to confirm the first time.
+    pub host_key_fingerprint: String,
 }
 
 /// One event of a followed log (`GET /api/v1/rentals/{id}/logs?follow=true`, Server-Sent

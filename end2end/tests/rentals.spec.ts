@@ -1,5 +1,12 @@
 import { expect, test, type Page } from "@playwright/test";
+import { execFile } from "node:child_process";
+import { mkdtempSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
 import { failOnCspViolations, hydrated, signIn, snap } from "./support";
+
+const run = promisify(execFile);
 
 // Renting in the browser against the demo server, whose simulated hosts' agents attach GPUs
 // for real (the workload process runs, gets signals and notices; the GPUs are simulated):
@@ -51,10 +58,27 @@ async function book(
   return page.url();
 }
 
+/** A fresh key pair made by OpenSSH's ssh-keygen, in a directory of its own. */
+async function sshKey() {
+  const dir = mkdtempSync(join(tmpdir(), "cardpool-e2e-ssh-"));
+  const key = join(dir, "id_ed25519");
+  await run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-C", "e2e@laptop", "-f", key]);
+  return { dir, key, publicKey: readFileSync(`${key}.pub`, "utf8").trim() };
+}
+
 test("a renter books on-demand, watches it start, stops it and pays exactly its charge", async ({ page }) => {
   test.setTimeout(120_000);
   await signIn(page, "renter@demo.cardpool.dev");
   const before = await balance(page);
+
+  // The renter puts their SSH key on the account.
+  const ssh = await sshKey();
+  await page.goto("/account/ssh-keys");
+  await hydrated(page);
+  await page.getByLabel("Public key").fill(ssh.publicKey);
+  await page.getByRole("button", { name: "Add key" }).click();
+  await expect(page.getByTestId("ssh-key-row").filter({ hasText: "e2e@laptop" }).first()).toBeVisible();
+  await snap(page, "ssh-keys");
 
   // A mistake is explained on the form and books nothing.
   await page.goto("/offers?location=PL");
@@ -70,6 +94,16 @@ test("a renter books on-demand, watches it start, stops it and pays exactly its 
   await expect(page.getByTestId("rental-timeline")).toContainText("booked by the renter");
   await expect(page.getByTestId("rental-state")).toHaveText("Running", { timeout: 30_000 });
   await expect(page.getByTestId("rental-timeline")).toContainText("billing started");
+  // The page shows the command that gets in; with the account's key it opens a shell inside
+  // the rental, on its GPU, through Cardpool (the host opens no port).
+  const command = (await page.getByTestId("ssh-command").innerText()).trim();
+  expect(command).toMatch(/^ssh -p \d+ r\d+@127\.0\.0\.1$/);
+  const [, , port, destination] = command.split(" ");
+  const options = ["-i", ssh.key, "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new"];
+  options.push("-o", `UserKnownHostsFile=${join(ssh.dir, "known_hosts")}`, "-p", port);
+  const shell = await run("ssh", [...options, destination, 'echo "on $(hostname) with $CUDA_VISIBLE_DEVICES"'], { timeout: 30_000 });
+  expect(shell.stdout).toMatch(/^on rental-\d+ with GPU-/);
+  await expect(page.getByTestId("ssh-host-key")).toContainText("SHA256:");
   // The workload's output arrives live, line by line, from the sandbox on the host.
   await expect(page.getByTestId("logs-state")).toHaveText("Live", { timeout: 15_000 });
   await expect(page.getByTestId("rental-logs")).toContainText("epoch 3", { timeout: 15_000 });

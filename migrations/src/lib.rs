@@ -18,6 +18,7 @@ mod m20261130_000008_rental_lifecycle;
 mod m20261130_000009_offer_stock;
 mod m20261130_000010_telemetry;
 mod m20261201_000011_offer_stock_market;
+mod m20261201_000012_ssh_keys;
 
 pub struct Migrator;
 
@@ -36,6 +37,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000009_offer_stock::Migration),
             Box::new(m20261130_000010_telemetry::Migration),
             Box::new(m20261201_000011_offer_stock_market::Migration),
+            Box::new(m20261201_000012_ssh_keys::Migration),
         ]
     }
 }

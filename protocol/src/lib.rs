@@ -7,8 +7,11 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod tunnel;
+pub use tunnel::{ChannelTarget, Terminal};
+
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion { major: 1, minor: 2 };
+pub const PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion { major: 1, minor: 3 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProtocolVersion {
@@ -84,7 +87,7 @@ mod tests {
     fn same_major_is_accepted_other_majors_refused_with_a_reason() {
         assert!(PROTOCOL_VERSION.check_peer(ProtocolVersion { major: 1, minor: 7 }).is_ok());
         let err = PROTOCOL_VERSION.check_peer(ProtocolVersion { major: 2, minor: 0 }).unwrap_err();
-        assert!(err.contains("2.0") && err.contains("1.2"), "{err}");
+        assert!(err.contains("2.0") && err.contains("1.3"), "{err}");
     }
 
     #[test]
@@ -138,6 +141,18 @@ pub enum AgentMessage {
     Telemetry { stream: u64, frames: Vec<TelemetryFrame>, dropped: u64 },
     /// The answer to [`ServerMessage::ReadLogs`] with the same `request_id` (since 1.2).
     Logs { request_id: u64, chunk: Result<LogChunk, String> },
+    /// The channel is open inside the rental (since 1.3; see [`tunnel`]).
+    ChannelOpened { channel: u64 },
+    /// The channel could not be opened (no such running rental, no shell on this host, ...).
+    ChannelRefused { channel: u64, reason: String },
+    /// `bytes` more of the server's data were handed on: the server may send that much more.
+    ChannelWindow { channel: u64, bytes: u64 },
+    /// Nothing more comes from the rental on this channel.
+    ChannelEof { channel: u64 },
+    /// The process ended: its exit status, or the signal that killed it.
+    ChannelExit { channel: u64, code: Option<i32>, signal: Option<String> },
+    /// The channel is gone on the agent's side.
+    ChannelClosed { channel: u64 },
 }
 
 /// A piece of a rental's workload log (stdout and stderr), by byte offset in everything the
@@ -260,6 +275,24 @@ pub enum ServerMessage {
     /// Read the rental's log from `offset` (`None`: its last `max_bytes`); answered with
     /// [`AgentMessage::Logs`] (since 1.2; older agents ignore it).
     ReadLogs { request_id: u64, rental_id: i64, offset: Option<u64>, max_bytes: u32 },
+    /// Open a channel into the rental's sandbox (since 1.3; see [`tunnel`]): the server has
+    /// checked that the caller may enter this rental. `env` holds the client's `LANG`/`LC_*`.
+    OpenChannel {
+        channel: u64,
+        rental_id: i64,
+        target: ChannelTarget,
+        terminal: Option<Terminal>,
+        #[serde(default)]
+        env: Vec<(String, String)>,
+    },
+    /// `bytes` more of the agent's data were handed on to the SSH client.
+    ChannelWindow { channel: u64, bytes: u64 },
+    /// The client sent everything (stdin closes).
+    ChannelEof { channel: u64 },
+    /// The client's terminal changed size.
+    ChannelResize { channel: u64, cols: u16, rows: u16 },
+    /// The client is gone: end the channel and whatever runs on it.
+    ChannelClose { channel: u64 },
 }
 
 /// Everything the agent needs to run a renter's workload.

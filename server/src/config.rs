@@ -87,6 +87,17 @@ pub struct Config {
     pub telemetry_retention_days: u32,
     /// A rented GPU below this utilisation, percent, counts as idle.
     pub idle_gpu_util_pct: u32,
+    /// Where the SSH gateway listens (`ssh -p PORT r42@host` reaches rental 42); port 0 picks
+    /// a free one.
+    pub ssh_addr: SocketAddr,
+    /// Run the SSH gateway.
+    pub ssh_enabled: bool,
+    /// The gateway's host key (OpenSSH format), generated there on first start.
+    pub ssh_host_key: PathBuf,
+    /// The host name renters are told to connect to (default: the public URL's host).
+    pub ssh_public_host: Option<String>,
+    /// The port renters are told (default: the one listened on), e.g. behind port mapping.
+    pub ssh_public_port: Option<u16>,
     /// Minutes a rented GPU may sit idle before the renter is told (or the rental stopped,
     /// if they asked for that at booking).
     pub idle_gpu_minutes: u32,
@@ -122,6 +133,11 @@ impl Default for Config {
             telemetry_retention_days: 30,
             idle_gpu_util_pct: 5,
             idle_gpu_minutes: 30,
+            ssh_addr: SocketAddr::from(([127, 0, 0, 1], 2222)),
+            ssh_enabled: true,
+            ssh_host_key: PathBuf::from("cardpool-ssh-host-key"),
+            ssh_public_host: None,
+            ssh_public_port: None,
         }
     }
 }
@@ -184,6 +200,8 @@ impl Config {
                 idle_minutes: self.idle_gpu_minutes.max(1),
                 retention_days: self.telemetry_retention_days.max(1),
             },
+            // Set once the gateway is listening (see `crate::ssh::endpoint`).
+            ssh: None,
         }
     }
 }

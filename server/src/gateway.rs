@@ -11,6 +11,9 @@
 //! this host, and in answer to every heartbeat (which lists what the agent runs); the agent's workload reports drive the rental's
 //! state machine through `rentals::record_workload_status`.
 //!
+//! SSH: channels of the SSH gateway (`crate::ssh`) travel over the same socket, control as
+//! JSON and bytes as binary frames, through `cardpool_service::tunnels`.
+//!
 //! Telemetry: each batch is stored by `telemetry::ingest` and acknowledged only after it is
 //! committed; the agent replays anything unacknowledged on its next connection.
 
@@ -27,7 +30,7 @@ use axum::{
 use cardpool_app::ssr::AppState;
 use cardpool_domain::AppError;
 use cardpool_protocol::{AgentMessage, PROTOCOL_VERSION, ServerMessage};
-use cardpool_service::{Services, entities::hosts as host_rows, hosts, rentals, telemetry};
+use cardpool_service::{Services, entities::hosts as host_rows, hosts, rentals, telemetry, tunnels};
 use futures_util::{SinkExt, StreamExt, stream::SplitSink};
 use std::time::Duration;
 
@@ -128,10 +131,7 @@ async fn serve_agent(
     }
     tracing::info!(host.id = host.id, "agent connected");
     options.metrics.agents_connected.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    // Agents since 1.2 report every status change before the heartbeat that leaves the
-    // workload out, so a workload missing from a heartbeat is really gone.
-    let reconciles = agent_protocol.minor >= 2;
-    serve_connected(&services, &host, &credential, &options, reconciles, &mut tx, &mut rx).await;
+    serve_connected(&services, &host, &credential, &options, agent_protocol, &mut tx, &mut rx).await;
     options.metrics.agents_connected.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     // A closed connection is not an offline host: the agent reconnects within the offline grace
     // and its rentals go on; only the reaper, judging silence, takes a host offline. So a stale
@@ -145,13 +145,18 @@ async fn serve_connected(
     host: &host_rows::Model,
     credential: &str,
     options: &GatewayOptions,
-    reconciles: bool,
+    agent_protocol: cardpool_protocol::ProtocolVersion,
     tx: &mut Sender,
     rx: &mut futures_util::stream::SplitStream<WebSocket>,
 ) {
     let wake = services.signals.subscribe(host.id);
     // Reads of workload logs for this host come through here until the connection ends.
     let mut logs = services.logs.connect(host.id);
+    // Agents since 1.2 report every status change before the heartbeat that leaves the
+    // workload out, so a workload missing from a heartbeat is really gone.
+    let reconciles = agent_protocol.minor >= 2;
+    // Agents since 1.3 carry SSH channels.
+    let mut tunnels = (agent_protocol.minor >= 3).then(|| services.tunnels.connect(host.id));
     if !send_commands(services, tx, host.id, None).await {
         return;
     }
@@ -159,7 +164,22 @@ async fn serve_connected(
     let mut recheck = tokio::time::interval(options.heartbeat_interval);
     recheck.tick().await;
     loop {
+        let to_agent = async {
+            match tunnels.as_mut() {
+                Some(tunnels) => tunnels.frames.recv().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
+            Some(frame) = to_agent => {
+                let sent = match frame {
+                    tunnels::ToAgent::Message(message) => send(tx, &message).await,
+                    tunnels::ToAgent::Data(bytes) => tx.send(Message::Binary(bytes.into())).await.is_ok(),
+                };
+                if !sent {
+                    break;
+                }
+            }
             Some(read) = logs.reads.recv() => {
                 if !send(tx, &read).await {
                     break;
@@ -174,6 +194,10 @@ async fn serve_connected(
                 let text = match frame {
                     None | Some(Err(_)) | Some(Ok(Message::Close(_))) => break,
                     Some(Ok(Message::Text(text))) => text,
+                    Some(Ok(Message::Binary(frame))) => {
+                        services.tunnels.from_agent_data(host.id, &frame);
+                        continue;
+                    }
                     Some(Ok(_)) => continue,
                 };
                 let result = match serde_json::from_str::<AgentMessage>(&text) {
@@ -201,6 +225,17 @@ async fn serve_connected(
                     }
                     Ok(AgentMessage::Logs { request_id, chunk }) => {
                         services.logs.answer(host.id, request_id, chunk);
+                        Ok(())
+                    }
+                    Ok(
+                        message @ (AgentMessage::ChannelOpened { .. }
+                        | AgentMessage::ChannelRefused { .. }
+                        | AgentMessage::ChannelWindow { .. }
+                        | AgentMessage::ChannelEof { .. }
+                        | AgentMessage::ChannelExit { .. }
+                        | AgentMessage::ChannelClosed { .. }),
+                    ) => {
+                        services.tunnels.from_agent(host.id, &message);
                         Ok(())
                     }
                     Ok(AgentMessage::Hello { .. }) => Err(AppError::invalid_field("type", "hello was already received")),

@@ -2,7 +2,8 @@
 //!
 //! A request flows: security headers → client IP → cross-site check → session → one of
 //! `/healthz`, the JSON API (`api`), server functions (`/rpc/*`) or a server-rendered page;
-//! each handler calls `cardpool-service`. The binary in `main.rs` only parses the command line.
+//! each handler calls `cardpool-service`. The SSH gateway (`ssh`) is a second adapter over the same
+//! services. The binary in `main.rs` only parses the command line.
 
 pub mod api;
 pub mod assets;
@@ -13,6 +14,7 @@ pub mod gateway;
 pub mod http;
 pub mod local_stripe;
 pub mod metrics;
+pub mod ssh;
 pub mod workers;
 
 pub use config::Config;

@@ -151,6 +151,18 @@ async fn serve(config_file: Option<&std::path::Path>, args: ServeArgs) -> anyhow
     let url = config.public_url.clone().unwrap_or_else(|| format!("http://{local}"));
     let mut settings = config.service_settings();
     settings.payments.public_url = url.trim_end_matches('/').to_owned();
+    let ssh = if config.ssh_enabled {
+        let key = cardpool_server::ssh::load_or_create_host_key(&config.ssh_host_key)?;
+        let listener = tokio::net::TcpListener::bind(config.ssh_addr)
+            .await
+            .with_context(|| format!("binding the SSH gateway to {} (set CARDPOOL_SSH_ADDR)", config.ssh_addr))?;
+        let endpoint = cardpool_server::ssh::endpoint(&config, listener.local_addr()?, &key);
+        eprintln!("SSH gateway on {} (host key {}).", listener.local_addr()?, endpoint.host_key_fingerprint);
+        settings.ssh = Some(endpoint);
+        Some((key, listener))
+    } else {
+        None
+    };
     let _local_stripe = match (&config.stripe_secret_key, &config.stripe_webhook_secret) {
         (Some(_), Some(_)) => None,
         (Some(_), None) => anyhow::bail!(
@@ -187,6 +199,9 @@ async fn serve(config_file: Option<&std::path::Path>, args: ServeArgs) -> anyhow
         std::time::Duration::from_secs(config.billing_interval_secs),
     );
 
+    if let Some((key, listener)) = ssh {
+        tokio::spawn(cardpool_server::ssh::serve(services.clone(), key, listener));
+    }
     let app = http::router(services.clone(), http::leptos_options(&config), http::HttpOptions::from_config(&config));
     if args.demo {
         demo::start_agents(&services, &dial, std::path::Path::new(".cardpool/demo-agents"))

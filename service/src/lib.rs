@@ -29,11 +29,13 @@ pub mod rate_limit;
 pub mod rentals;
 pub mod session_store;
 pub mod signals;
+pub mod ssh_access;
 pub mod stock;
 pub mod stripe;
 pub mod telemetry;
 #[cfg(feature = "test-support")]
 pub mod testing;
+pub mod tunnels;
 
 pub use cardpool_domain::AppError;
 use sea_orm::DatabaseConnection;
@@ -50,6 +52,8 @@ pub struct Settings {
     pub payments: PaymentSettings,
     pub rentals: RentalSettings,
     pub telemetry: telemetry::TelemetrySettings,
+    /// Where renters reach the SSH gateway; `None` when it does not run.
+    pub ssh: Option<ssh_access::SshEndpoint>,
 }
 
 /// Rental tunables.
@@ -104,6 +108,7 @@ pub struct Services {
     pub telemetry: Arc<telemetry::Hub>,
     /// Reads of workload logs, relayed to the hosts' agents.
     pub logs: Arc<logs::LogRelay>,
+    pub tunnels: Arc<tunnels::TunnelHub>,
 }
 
 impl Services {
@@ -120,6 +125,7 @@ impl Services {
             signals: Arc::default(),
             telemetry: Arc::default(),
             logs: Arc::default(),
+            tunnels: Arc::default(),
         })
     }
 }

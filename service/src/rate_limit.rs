@@ -107,6 +107,19 @@ impl SignInLimiter {
         Ok(())
     }
 
+    /// Admits an attempt from `ip` that names no account (an SSH login, which names a
+    /// rental), counted against the IP's budget only: nothing a stranger does locks anyone
+    /// else out.
+    pub fn admit_source(&self, ip: IpAddr) -> Result<(), Duration> {
+        let now = Instant::now();
+        let mut ips = self.ips.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(wait) = ips.retry_after(&ip, now) {
+            return Err(wait);
+        }
+        ips.record(ip, now);
+        Ok(())
+    }
+
     /// Counts a failed attempt against the account.
     pub fn record_failure(&self, account: &str) {
         self.accounts.lock().unwrap_or_else(|e| e.into_inner()).record(account.to_owned(), Instant::now());

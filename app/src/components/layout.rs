@@ -63,6 +63,7 @@ fn SignedInNav(email: String, provider: bool, admin: bool) -> impl IntoView {
             {provider.then(|| view! { <A href="/provider/earnings" attr:class="nav-link">"Earnings"</A> })}
             <A href="/account" attr:class="nav-link">"Account"</A>
             <A href="/account/tokens" attr:class="nav-link">"API tokens"</A>
+            <A href="/account/ssh-keys" attr:class="nav-link">"SSH keys"</A>
             {admin.then(|| view! { <A href="/admin/fleet" attr:class="nav-link">"Admin"</A> })}
             <span class="hidden items-center gap-2 px-2 text-sm text-slate-500 md:flex" data-testid="nav-email">
                 {email}

@@ -7,4 +7,5 @@ pub mod layout;
 pub mod logs;
 pub mod money;
 pub mod session;
+pub mod ssh;
 pub mod telemetry;

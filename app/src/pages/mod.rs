@@ -12,4 +12,5 @@ pub mod offers;
 pub mod rentals;
 pub mod sign_in;
 pub mod sign_up;
+pub mod ssh_keys;
 pub mod wallet;

@@ -11,6 +11,7 @@ use crate::{
         logs::RentalLogs,
         money::{StepChart, dollars},
         session::{RequireSignIn, reload_to},
+        ssh::SshPanel,
         telemetry::TelemetrySection,
     },
     server_fns::{
@@ -327,7 +328,7 @@ fn steps(state: RentalState) -> (usize, bool, [&'static str; 4]) {
 
 #[component]
 fn RentalDetailView(detail: RentalDetail, tick: RwSignal<u32>) -> impl IntoView {
-    let RentalDetail { rental, events } = detail;
+    let RentalDetail { rental, events, ssh } = detail;
     let stop = ServerAction::<StopRental>::new();
     let stop_value = stop.value();
     let bid = ServerAction::<ChangeBid>::new();
@@ -381,6 +382,7 @@ fn RentalDetailView(detail: RentalDetail, tick: RwSignal<u32>) -> impl IntoView 
                     }
                 }).collect_view()}
             </ol>
+            {ssh.map(|access| view! { <SshPanel access running=rental.state == RentalState::Running /> })}
             <div class="grid gap-4 sm:grid-cols-2 lg:grid-cols-4">
                 <div class="card">
                     <p class="text-sm text-slate-500">"Cost so far"</p>

@@ -9,4 +9,5 @@ pub mod hosts;
 pub mod offers;
 pub mod payments;
 pub mod rentals;
+pub mod ssh_keys;
 pub mod telemetry;

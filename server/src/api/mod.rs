@@ -11,6 +11,7 @@ mod logs;
 mod offers;
 pub(crate) mod payments;
 mod rentals;
+mod ssh_keys;
 mod telemetry;
 
 use crate::edges::ApiError;
@@ -30,6 +31,7 @@ pub fn router() -> Router<AppState> {
     let (router, paths) = OpenApiRouter::new()
         .merge(accounts::routes())
         .merge(api_tokens::routes())
+        .merge(ssh_keys::routes())
         .merge(hosts::routes())
         .merge(logs::routes())
         .merge(offers::routes())

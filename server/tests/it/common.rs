@@ -24,6 +24,8 @@ pub struct TestApp {
     pub stripe: cardpool_stripe_local::LocalStripe,
     pub stripe_url: String,
     pub webhook_secret: String,
+    /// The SSH gateway's port (on 127.0.0.1).
+    pub ssh_port: u16,
     _db: TestDb,
 }
 
@@ -64,8 +66,17 @@ impl TestApp {
         let webhook_secret = stripe.webhook_secret.clone();
         settings.payments.stripe = stripe;
         settings.payments.public_url = base.clone();
-        let (db, services) = testing::services(backend, settings).await;
         let config = Config { addr, ..config };
+        // The SSH gateway, as `serve` runs it, with a host key made for this app.
+        let ssh_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let ssh_port = ssh_listener.local_addr().unwrap().port();
+        let key_path = std::env::temp_dir().join(format!("cardpool-ssh-host-key-{}-{ssh_port}", std::process::id()));
+        let key = cardpool_server::ssh::load_or_create_host_key(&key_path).unwrap();
+        assert_eq!(cardpool_server::ssh::load_or_create_host_key(&key_path).unwrap(), key, "the key is kept");
+        let _ = std::fs::remove_file(&key_path);
+        settings.ssh = Some(cardpool_server::ssh::endpoint(&config, ssh_listener.local_addr().unwrap(), &key));
+        let (db, services) = testing::services(backend, settings).await;
+        tokio::spawn(cardpool_server::ssh::serve(services.clone(), key, ssh_listener));
         let app =
             http::router(services.clone(), http::leptos_options(&config), http::HttpOptions::from_config(&config));
         tokio::spawn(async move {
@@ -73,7 +84,7 @@ impl TestApp {
                 .await
                 .unwrap();
         });
-        TestApp { base, services, stripe: running.stripe, stripe_url: running.url, webhook_secret, _db: db }
+        TestApp { base, services, stripe: running.stripe, stripe_url: running.url, webhook_secret, ssh_port, _db: db }
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -9,5 +9,6 @@ mod http;
 mod logs;
 mod payments;
 mod rentals;
+mod ssh;
 mod survival;
 mod telemetry;

@@ -21,6 +21,7 @@ pub mod rental_gpus;
 pub mod rentals;
 pub mod sessions;
 pub mod spot_prices;
+pub mod ssh_keys;
 pub mod stripe_events;
 pub mod telemetry_cursors;
 pub mod top_ups;

@@ -164,11 +164,10 @@ fn validate_workload(workload: &Workload) -> AppResult<()> {
             fields.insert("env".into(), format!("{entry:?} is not NAME=value"));
         }
     }
-    if let Some(key) = workload.ssh_public_key.as_deref().map(str::trim).filter(|k| !k.is_empty()) {
-        let known = ["ssh-ed25519 ", "ssh-rsa ", "ecdsa-sha2-", "sk-ssh-ed25519@openssh.com ", "sk-ecdsa-sha2-"];
-        if key.len() > 16_384 || !known.iter().any(|p| key.starts_with(p)) || key.contains('\n') {
-            fields.insert("ssh_public_key".into(), "one OpenSSH public key, e.g. ssh-ed25519 AAAA…".into());
-        }
+    if let Some(key) = workload.ssh_public_key.as_deref().map(str::trim).filter(|k| !k.is_empty())
+        && let Err(why) = crate::ssh_access::parse_public_key(key)
+    {
+        fields.insert("ssh_public_key".into(), why);
     }
     if fields.is_empty() { Ok(()) } else { Err(AppError::invalid_fields(fields)) }
 }

@@ -61,7 +61,10 @@ pub async fn get_rental(services: &Services, principal: &Principal, rental_id: i
             at: e.at,
         })
         .collect();
-    Ok(RentalDetail { rental: dto(&services.db, rental).await?, events })
+    let ssh = (!RentalState::parse(&rental.state).is_some_and(|s| s.is_terminal()))
+        .then(|| crate::ssh_access::access(services, rental.id))
+        .flatten();
+    Ok(RentalDetail { rental: dto(&services.db, rental).await?, events, ssh })
 }
 
 pub(super) async fn dto(conn: &impl ConnectionTrait, rental: rentals::Model) -> AppResult<Rental> {
