@@ -3,6 +3,7 @@
 
 pub mod connection;
 pub mod enrollment;
+pub mod firewall;
 pub mod gpu;
 pub mod host;
 pub mod logs;

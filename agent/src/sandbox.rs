@@ -41,11 +41,14 @@ const ENVIRONMENT_FILE: &str = "environment";
 /// built: bubblewrap reports its init before it sets up the mounts, and may still fail then.
 const STARTED_FILE: &str = "started";
 /// Run as root before the sandbox: `$1` the status file, `$2` the started file, `$3`
-/// slirp4netns (empty: the sandbox shares the host's network), `$4` how many cgroup.procs files
-/// follow, then those files, then the command. Writing 0 to cgroup.procs moves the writer, and
-/// what it starts stays there. With slirp4netns, the sandbox gets its own network: outbound
-/// through user-mode NAT, the host's loopback refused; the helper ends with the sandbox.
-const JOIN_AND_EXEC: &str = "status=$1; started=$2; slirp=$3; n=$4; shift 4; \
+/// slirp4netns (empty: the sandbox shares the host's network), `$4` nftables and `$5` the
+/// rental's firewall rules (both empty: none), `$6` how many cgroup.procs files follow, then
+/// those files, then the command. Writing 0 to cgroup.procs moves the writer, and what it
+/// starts stays there. With slirp4netns, the sandbox gets its own network: outbound through
+/// user-mode NAT, the host's loopback refused, and (with its rules) the host's addresses and
+/// LAN refused; rules that cannot be loaded leave it without a network. The helper ends with
+/// the sandbox.
+const JOIN_AND_EXEC: &str = "status=$1; started=$2; slirp=$3; nft=$4; rules=$5; n=$6; shift 6; \
     while [ \"$n\" -gt 0 ]; do echo 0 > \"$1\" || exit 125; shift; n=$((n - 1)); done; \
     exec 3>\"$status\" 4>\"$started\"; \
     if [ -z \"$slirp\" ]; then exec \"$@\"; fi; \
@@ -53,7 +56,10 @@ const JOIN_AND_EXEC: &str = "status=$1; started=$2; slirp=$3; n=$4; shift 4; \
     i=0; pid=; while [ -z \"$pid\" ] && [ $i -lt 1000 ]; do \
         pid=$(sed -n 's/.*\"child-pid\": *\\([0-9]*\\).*/\\1/p' \"$status\" | head -n 1); \
         [ -n \"$pid\" ] || sleep 0.01; i=$((i + 1)); done; \
-    net=; if [ -n \"$pid\" ]; then \"$slirp\" --configure --mtu=65520 --disable-host-loopback \
+    walled=yes; if [ -n \"$pid\" ] && [ -n \"$nft\" ] && \
+        ! /usr/bin/nsenter --net=\"/proc/$pid/ns/net\" \"$nft\" -f \"$rules\" >/dev/null 2>&1; then walled=; \
+        [ ! -e \"/proc/$pid\" ] || echo 'cardpool: the rental has no network: its firewall could not be set up' >&2; fi; \
+    net=; if [ -n \"$pid\" ] && [ -n \"$walled\" ]; then \"$slirp\" --configure --mtu=65520 --disable-host-loopback \
         --netns-type=path \"/proc/$pid/ns/net\" tap0 >/dev/null 2>&1 & net=$!; fi; \
     wait \"$sandbox\"; code=$?; [ -z \"$net\" ] || { kill \"$net\"; wait \"$net\"; } 2>/dev/null; exit \"$code\"";
 /// Run as root before entering a running sandbox (an SSH channel): `$1` how many cgroup.procs
@@ -68,6 +74,8 @@ const ENTERED: &str = ". /cardpool/environment; cd /workspace 2>/dev/null; exec 
 const ENTER: &str = "if [ \"$1\" = private ]; then i=0; \
     while ! grep -q tap0 /proc/net/dev && [ $i -lt 200 ]; do sleep 0.025; i=$((i + 1)); done; fi; \
     echo up >&4; exec 4>&-; . /cardpool/environment && exec /bin/sh -c \"$0\"";
+/// The rental's nftables rules (see [`crate::firewall`]).
+const FIREWALL_FILE: &str = "firewall.nft";
 /// Rentals run as `RENTAL_UID_BASE + rental id` (and the same gid) when the agent is root.
 const RENTAL_UID_BASE: u32 = 1_500_000_000;
 /// The uid and gid the workload sees inside its sandbox.
@@ -282,21 +290,19 @@ impl SandboxStatus {
     /// Host pids of every process inside the sandbox except its init.
     fn members(&self) -> Vec<i32> {
         let (Some(init), Some(ns)) = (self.init_pid, self.pid_namespace) else { return vec![] };
-        let Ok(entries) = std::fs::read_dir("/proc") else { return vec![] };
-        entries
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-            .filter(|pid| *pid != init && pid_namespace_of(*pid) == Some(ns))
-            .collect()
+        host_processes().filter(|pid| *pid != init && pid_namespace_of(*pid) == Some(ns)).collect()
     }
 }
 
-/// Pids of the processes running `name`.
-fn processes_named(name: &str) -> Vec<i32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return vec![] };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == name))
-        .collect()
+/// Every process on the host, by pid: a snapshot of `/proc`.
+pub fn host_processes() -> impl Iterator<Item = i32> {
+    std::fs::read_dir("/proc").into_iter().flatten().filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+}
+
+/// `pid`'s arguments (empty once it is gone).
+pub fn arguments(pid: i32) -> Vec<Vec<u8>> {
+    let line = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    line.split(|b| *b == 0).filter(|a| !a.is_empty()).map(<[u8]>::to_vec).collect()
 }
 
 /// The inode of `pid`'s pid namespace (for processes inside a sandbox, the sandbox's).
@@ -319,6 +325,8 @@ pub struct SandboxRuntime {
     /// slirp4netns, which gives each sandbox a network of its own; without it sandboxes share
     /// the host's.
     slirp: Option<PathBuf>,
+    /// nftables, which keeps that network off the host's addresses and LAN (root only).
+    nft: Option<PathBuf>,
 }
 
 impl SandboxRuntime {
@@ -349,6 +357,7 @@ impl SandboxRuntime {
             cgroups: Cgroups::detect(),
             shares,
             slirp,
+            nft: crate::firewall::detect().filter(|_| own_uids),
         })
     }
 
@@ -369,8 +378,10 @@ impl SandboxRuntime {
         format!(
             "bubblewrap ({}): own namespaces, read-only system, GPUs by device node; {}; {}; {}",
             self.bwrap.display(),
-            if self.slirp.is_some() {
-                "a network of its own per rental (slirp4netns; the host's loopback refused)"
+            if self.slirp.is_some() && self.nft.is_some() {
+                "a network of its own per rental (slirp4netns; the host's loopback, addresses and LAN refused by nftables)"
+            } else if self.slirp.is_some() {
+                "a network of its own per rental (slirp4netns; the host's loopback refused, but not its other addresses and LAN: run the agent as root with nftables)"
             } else {
                 "rentals share the host's network (install slirp4netns for one of their own)"
             },
@@ -497,6 +508,10 @@ impl Runtime for SandboxRuntime {
         command.arg("-c").arg(JOIN_AND_EXEC).arg("cardpool-sandbox");
         command.arg(dir.join(STATUS_FILE)).arg(dir.join(STARTED_FILE));
         command.arg(self.slirp.as_deref().unwrap_or(Path::new("")));
+        match self.nft.as_ref().filter(|_| self.slirp.is_some()) {
+            Some(nft) => command.arg(nft).arg(crate::firewall::write(dir, FIREWALL_FILE)?),
+            None => command.args(["", ""]),
+        };
         command.arg(cgroup_procs.len().to_string()).args(&cgroup_procs);
         if let Some(uid) = uid {
             command.args(["/usr/bin/prlimit", &format!("--nproc={pids}:{pids}"), "--"]);
@@ -617,9 +632,10 @@ impl Runtime for SandboxRuntime {
         // first, it is ended here (it names the sandbox's init in its arguments).
         if let Some(init) = SandboxStatus::read(dir).init_pid {
             let netns = format!("/proc/{init}/ns/net");
-            for pid in processes_named("slirp4netns") {
-                let args = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-                if args.split(|b| *b == 0).any(|a| a == netns.as_bytes()) {
+            for pid in host_processes() {
+                let args = arguments(pid);
+                let slirp = args.first().is_some_and(|a| a.ends_with(b"slirp4netns"));
+                if slirp && args.iter().any(|a| a == netns.as_bytes()) {
                     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
                 }
             }

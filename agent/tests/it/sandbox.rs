@@ -5,7 +5,7 @@
 
 use cardpool_agent::{
     runtime::Runtime,
-    sandbox::{HostShares, SandboxRuntime, rental_uid},
+    sandbox::{HostShares, SandboxRuntime, arguments, host_processes, rental_uid},
     state::{self, AgentState},
     supervisor::{StatusUpdate, Supervisor},
 };
@@ -68,15 +68,7 @@ fn in_sandbox(rentals: &Path, rental_id: i64, marker: &str) -> Vec<i32> {
 
 /// Host pids whose command line is exactly `marker` (words separated by spaces).
 fn processes_with(marker: &str) -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|c| String::from_utf8_lossy(&c).trim_end_matches('\0').replace('\0', " ") == marker)
-                .unwrap_or(false)
-        })
-        .collect()
+    host_processes().filter(|pid| arguments(*pid).join(&b' ') == marker.as_bytes()).collect()
 }
 
 /// The cpu quota, memory and pids limits of `pid`'s cgroups (v1 or v2), as the kernel holds
@@ -159,6 +151,14 @@ async fn hostile_workloads_reach_nothing_that_is_not_theirs() {
     // A service on the host's loopback (a database in trust mode, say).
     let service = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = service.local_addr().unwrap().port();
+    // And one on every address of the host (a provider's SSH, a database on its LAN address).
+    let exposed = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let exposed_port = exposed.local_addr().unwrap().port();
+    let host_address = cardpool_agent::firewall::host_networks()
+        .into_iter()
+        .find(|(ip, _)| ip.is_ipv4())
+        .map(|(ip, _)| ip.to_string())
+        .expect("the host has a network address");
     let credential_path = credential.display().to_string();
     let victim = rentals.join("21/workspace/secret").display().to_string();
     let hostile = format!(
@@ -175,6 +175,8 @@ try write-etc touch /etc/planted
 try started-descriptor sh -c 'echo forged >&4'
 try host-loopback timeout 3 bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}'
 try host-loopback-via-gateway timeout 3 bash -c 'exec 3<>/dev/tcp/10.0.2.2/{port}'
+try host-address timeout 3 bash -c 'exec 3<>/dev/tcp/{host_address}/{exposed_port}'
+try cloud-metadata timeout 3 bash -c 'exec 3<>/dev/tcp/169.254.169.254/80'
 echo "own-network: $(grep -c tap0 /proc/net/dev)"
 try redirect-notice ln -sf /workspace/owned "$CARDPOOL_PREEMPT_NOTICE_FILE"
 echo "own-gpu: $(cat /dev/nvidia1)"
@@ -204,6 +206,8 @@ exec sleep 3133
         "started-descriptor",
         "host-loopback",
         "host-loopback-via-gateway",
+        "host-address",
+        "cloud-metadata",
         "redirect-notice",
     ] {
         assert!(log.contains(&format!("blocked: {attempt}\n")), "{attempt} not blocked:\n{log}");
@@ -215,6 +219,7 @@ exec sleep 3133
     assert!(log.contains("inside-uid: 1000"), "{log}");
     assert!(log.contains("own-network: 1"), "a network of its own (slirp4netns: scripts/bootstrap.sh): {log}");
     drop(service);
+    drop(exposed);
     let escapees = ["sleep 3131", "sleep 3132", "sleep 3133"];
     for marker in escapees {
         // They are being started as the log says "probed".
@@ -234,16 +239,7 @@ exec sleep 3133
 
     let init = cardpool_agent::sandbox::SandboxStatus::read(&rentals.join("22")).init_pid.unwrap();
     let network = format!("/proc/{init}/ns/net");
-    let helpers = || {
-        std::fs::read_dir("/proc")
-            .unwrap()
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-            .filter(|pid| {
-                let args = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-                args.split(|b| *b == 0).any(|a| a == network.as_bytes())
-            })
-            .count()
-    };
+    let helpers = || host_processes().filter(|pid| arguments(*pid).iter().any(|a| a == network.as_bytes())).count();
     assert_eq!(helpers(), 1, "one network helper per sandbox");
 
     // Its share of the host, enforced by its cgroups where the agent can create them: one GPU
@@ -281,20 +277,12 @@ exec sleep 3133
         until(&mut rx, 23, |s| *s == WorkloadStatus::Ready).await;
         tokio::time::sleep(Duration::from_secs(3)).await;
         let uid = rental_uid(23).unwrap();
-        let count = std::fs::read_dir("/proc")
-            .unwrap()
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-            .filter(|pid| host_uid(*pid) == Some(uid))
-            .count() as u64;
+        let count = host_processes().filter(|pid| host_uid(*pid) == Some(uid)).count() as u64;
         eprintln!("fork bomb: {count} processes (cap {PIDS_PER_GPU})");
         assert!(count > 0 && count <= PIDS_PER_GPU, "{count} processes");
         supervisor.detach(23);
         until(&mut rx, 23, |s| matches!(s, WorkloadStatus::Exited { .. })).await;
-        let left = std::fs::read_dir("/proc")
-            .unwrap()
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-            .filter(|pid| host_uid(*pid) == Some(uid))
-            .count();
+        let left = host_processes().filter(|pid| host_uid(*pid) == Some(uid)).count();
         assert_eq!(left, 0, "the bomb's processes outlived the rental");
     } else {
         eprintln!("not root: no per-rental uid, so the fork-bomb cap is the cgroup's (not checked here)");
