@@ -22,10 +22,12 @@ apt_install() {
 
 command -v cargo >/dev/null || { echo "Rust (cargo) is required: https://rustup.rs" >&2; exit 1; }
 command -v npm >/dev/null || apt_install nodejs npm
-# The agent runs renters' commands in bubblewrap sandboxes (prlimit and setpriv: util-linux),
-# each with a network of its own through slirp4netns.
+# The agent runs renters' commands in bubblewrap sandboxes (prlimit, setpriv, nsenter:
+# util-linux), each with a network of its own through slirp4netns, walled off from the host by
+# nftables.
 command -v bwrap >/dev/null || apt_install bubblewrap
 command -v slirp4netns >/dev/null || apt_install slirp4netns
+[[ -x /usr/sbin/nft ]] || apt_install nftables
 # SSH into rentals: the SFTP server runs inside the sandbox (scp and sftp use it).
 [[ -x /usr/lib/openssh/sftp-server ]] || apt_install openssh-sftp-server
 
