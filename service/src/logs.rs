@@ -4,19 +4,24 @@
 //! copied to the server, and a reader that goes on from a piece's `end` neither misses nor
 //! repeats a byte, whichever side reconnects in between.
 //!
-//! The gateway [`LogRelay::connect`]s each agent connection (the newest connection of a host
-//! wins; a stale one closing late cannot unhook it: connections have generations) and hands
-//! the agent's answers to [`LogRelay::answer`]. In-process: with several replicas, the
+//! The gateway [`LogRelay::connect`]s each agent connection (see `agent_links`: the newest
+//! connection of a host wins) and hands the agent's answers to [`LogRelay::answer`]. In-process: with several replicas, the
 //! connection holding the host answers for it (see `signals`).
 
-use crate::{AppResult, Services, auth::Principal, db::DbResultExt, entities::rentals};
+use crate::{
+    AppResult, Services,
+    agent_links::{AgentLinks, Hooked},
+    auth::Principal,
+    db::DbResultExt,
+    entities::rentals,
+};
 use cardpool_domain::{AppError, rentals::RentalState};
 use cardpool_protocol::{LOG_CHUNK_BYTES, LogChunk, ServerMessage};
 use sea_orm::EntityTrait;
 use std::{
     collections::HashMap,
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicU64, Ordering},
     },
     time::Duration,
@@ -31,14 +36,13 @@ const IN_FLIGHT_PER_HOST: usize = 32;
 type Answer = oneshot::Sender<Result<LogChunk, String>>;
 
 struct Link {
-    generation: u64,
     requests: mpsc::Sender<ServerMessage>,
     pending: HashMap<u64, Answer>,
 }
 
 #[derive(Default)]
 pub struct LogRelay {
-    links: Mutex<HashMap<i64, Link>>,
+    links: Arc<AgentLinks<Link>>,
     ids: AtomicU64,
 }
 
@@ -46,38 +50,20 @@ pub struct LogRelay {
 /// connection, it unhooks it, unless a newer connection of the host has taken over.
 pub struct Connected {
     pub reads: mpsc::Receiver<ServerMessage>,
-    relay: Arc<LogRelay>,
-    host_id: i64,
-    generation: u64,
-}
-
-impl Drop for Connected {
-    fn drop(&mut self) {
-        let mut links = self.relay.links.lock().unwrap_or_else(|p| p.into_inner());
-        if links.get(&self.host_id).is_some_and(|l| l.generation == self.generation) {
-            links.remove(&self.host_id);
-        }
-    }
+    _hooked: Hooked<Link>,
 }
 
 impl LogRelay {
     /// Hooks up a host's new agent connection (replacing any older one).
-    pub fn connect(self: &Arc<Self>, host_id: i64) -> Connected {
+    pub fn connect(&self, host_id: i64) -> Connected {
         let (requests, reads) = mpsc::channel(IN_FLIGHT_PER_HOST);
-        let generation = self.ids.fetch_add(1, Ordering::Relaxed) + 1;
-        let link = Link { generation, requests, pending: HashMap::new() };
-        self.links.lock().unwrap_or_else(|p| p.into_inner()).insert(host_id, link);
-        Connected { reads, relay: self.clone(), host_id, generation }
+        let hooked = self.links.connect(host_id, Link { requests, pending: HashMap::new() });
+        Connected { reads, _hooked: hooked }
     }
 
     /// The agent's answer to read `request_id`.
     pub fn answer(&self, host_id: i64, request_id: u64, chunk: Result<LogChunk, String>) {
-        let waiting = self
-            .links
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_mut(&host_id)
-            .and_then(|l| l.pending.remove(&request_id));
+        let waiting = self.links.with(host_id, |l, _| l.pending.remove(&request_id)).flatten();
         if let Some(waiting) = waiting {
             let _ = waiting.send(chunk);
         }
@@ -95,17 +81,18 @@ impl LogRelay {
         let (tx, rx) = oneshot::channel();
         let offline =
             || AppError::Unavailable("the host's agent is not connected; its logs are back when it is".into());
-        {
-            let mut links = self.links.lock().unwrap_or_else(|p| p.into_inner());
-            let link = links.get_mut(&host_id).ok_or_else(offline)?;
-            let read = ServerMessage::ReadLogs { request_id, rental_id, offset, max_bytes };
-            link.requests.try_send(read).map_err(|_| AppError::Unavailable("the host is busy; try again".into()))?;
-            link.pending.insert(request_id, tx);
-        }
+        let read = ServerMessage::ReadLogs { request_id, rental_id, offset, max_bytes };
+        self.links
+            .with(host_id, |link, _| {
+                link.requests
+                    .try_send(read)
+                    .map_err(|_| AppError::Unavailable("the host is busy; try again".into()))?;
+                link.pending.insert(request_id, tx);
+                Ok::<(), AppError>(())
+            })
+            .ok_or_else(offline)??;
         let answer = tokio::time::timeout(ANSWER_WITHIN, rx).await;
-        if let Some(link) = self.links.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&host_id) {
-            link.pending.remove(&request_id);
-        }
+        self.links.with(host_id, |link, _| link.pending.remove(&request_id));
         match answer {
             Ok(Ok(answer)) => Ok(answer),
             Ok(Err(_)) => Err(offline()),

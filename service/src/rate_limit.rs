@@ -166,4 +166,15 @@ mod tests {
         assert!(l.admit("u9@x.io", Some(ip)).is_err());
         assert!(l.admit("u9@x.io", Some("203.0.113.10".parse().unwrap())).is_ok());
     }
+
+    #[test]
+    fn ssh_logins_share_the_sources_budget_and_lock_out_no_account() {
+        let l = limiter(1, 3);
+        let ip: IpAddr = "203.0.113.9".parse().unwrap();
+        l.admit("victim@x.io", Some(ip)).unwrap();
+        l.admit_source(ip).unwrap();
+        l.admit_source(ip).unwrap();
+        assert!(l.admit_source(ip).is_err(), "one budget per source, SSH and sign-in alike");
+        assert!(l.admit("victim@x.io", Some("203.0.113.10".parse().unwrap())).is_ok(), "the account is not locked");
+    }
 }

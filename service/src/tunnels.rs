@@ -9,7 +9,10 @@
 //! the agent's connection goes, so do its channels. In-process: with several replicas, the
 //! SSH gateway of the replica holding the host's connection must serve it (as for logs).
 
-use crate::{AppError, AppResult};
+use crate::{
+    AppError, AppResult,
+    agent_links::{AgentLinks, Hooked},
+};
 use cardpool_protocol::{
     AgentMessage, ChannelTarget, ServerMessage, Terminal,
     tunnel::{CHANNEL_WINDOW, MAX_CHANNELS, Stream, data_frame, parse_data_frame},
@@ -17,7 +20,7 @@ use cardpool_protocol::{
 use std::{
     collections::HashMap,
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicU64, Ordering},
     },
 };
@@ -61,14 +64,13 @@ impl Drop for Open {
 }
 
 struct Link {
-    generation: u64,
     outbox: mpsc::UnboundedSender<ToAgent>,
     channels: HashMap<u64, Open>,
 }
 
 #[derive(Default)]
 pub struct TunnelHub {
-    links: Mutex<HashMap<i64, Link>>,
+    links: Arc<AgentLinks<Link>>,
     ids: AtomicU64,
 }
 
@@ -76,78 +78,64 @@ pub struct TunnelHub {
 /// ends its channels), unless a newer connection of the host has taken over.
 pub struct Connected {
     pub frames: mpsc::UnboundedReceiver<ToAgent>,
-    hub: Arc<TunnelHub>,
-    host_id: i64,
-    generation: u64,
-}
-
-impl Drop for Connected {
-    fn drop(&mut self) {
-        let mut links = self.hub.lock();
-        if links.get(&self.host_id).is_some_and(|l| l.generation == self.generation) {
-            links.remove(&self.host_id);
-        }
-    }
+    _hooked: Hooked<Link>,
 }
 
 impl TunnelHub {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Link>> {
-        self.links.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Hooks up a host's new agent connection (replacing, and so closing the channels of,
     /// any older one).
-    pub fn connect(self: &Arc<Self>, host_id: i64) -> Connected {
+    pub fn connect(&self, host_id: i64) -> Connected {
         let (outbox, frames) = mpsc::unbounded_channel();
-        let generation = self.ids.fetch_add(1, Ordering::Relaxed) + 1;
-        self.lock().insert(host_id, Link { generation, outbox, channels: HashMap::new() });
-        Connected { frames, hub: self.clone(), host_id, generation }
+        let hooked = self.links.connect(host_id, Link { outbox, channels: HashMap::new() });
+        Connected { frames, _hooked: hooked }
     }
 
     /// A channel message from the host's agent.
     pub fn from_agent(&self, host_id: i64, message: &AgentMessage) {
-        let mut links = self.lock();
-        let Some(link) = links.get_mut(&host_id) else { return };
-        let (channel, event) = match message {
-            AgentMessage::ChannelOpened { channel } => (*channel, ChannelEvent::Opened),
-            AgentMessage::ChannelRefused { channel, reason } => (*channel, ChannelEvent::Refused(reason.clone())),
-            AgentMessage::ChannelEof { channel } => (*channel, ChannelEvent::Eof),
-            AgentMessage::ChannelExit { channel, code, signal } => {
-                (*channel, ChannelEvent::Exit { code: *code, signal: signal.clone() })
-            }
-            AgentMessage::ChannelClosed { channel } => {
-                if let Some(open) = link.channels.remove(channel) {
-                    let _ = open.events.send(ChannelEvent::Closed);
+        self.links.with(host_id, |link, _| {
+            let (channel, event) = match message {
+                AgentMessage::ChannelOpened { channel } => (*channel, ChannelEvent::Opened),
+                AgentMessage::ChannelRefused { channel, reason } => (*channel, ChannelEvent::Refused(reason.clone())),
+                AgentMessage::ChannelEof { channel } => (*channel, ChannelEvent::Eof),
+                AgentMessage::ChannelExit { channel, code, signal } => {
+                    (*channel, ChannelEvent::Exit { code: *code, signal: signal.clone() })
                 }
-                return;
-            }
-            AgentMessage::ChannelWindow { channel, bytes } => {
-                if let Some(open) = link.channels.get(channel) {
-                    let room = CHANNEL_WINDOW.saturating_sub(open.credit.available_permits() as u64);
-                    open.credit.add_permits((*bytes).min(room) as usize);
+                AgentMessage::ChannelClosed { channel } => {
+                    if let Some(open) = link.channels.remove(channel) {
+                        let _ = open.events.send(ChannelEvent::Closed);
+                    }
+                    return;
                 }
-                return;
+                AgentMessage::ChannelWindow { channel, bytes } => {
+                    if let Some(open) = link.channels.get(channel) {
+                        let room = CHANNEL_WINDOW.saturating_sub(open.credit.available_permits() as u64);
+                        open.credit.add_permits((*bytes).min(room) as usize);
+                    }
+                    return;
+                }
+                _ => return,
+            };
+            if let Some(open) = link.channels.get(&channel) {
+                let _ = open.events.send(event);
             }
-            _ => return,
-        };
-        if let Some(open) = link.channels.get(&channel) {
-            let _ = open.events.send(event);
-        }
+        });
     }
 
     /// A binary data frame from the host's agent.
     pub fn from_agent_data(&self, host_id: i64, frame: &[u8]) {
         let Some((channel, stream, bytes)) = parse_data_frame(frame) else { return };
-        if let Some(open) = self.lock().get(&host_id).and_then(|l| l.channels.get(&channel)) {
-            let _ = open.events.send(ChannelEvent::Data(stream, bytes.to_vec()));
-        }
+        self.links.with(host_id, |link, _| {
+            if let Some(open) = link.channels.get(&channel) {
+                let _ = open.events.send(ChannelEvent::Data(stream, bytes.to_vec()));
+            }
+        });
     }
 
     /// Asks the host's agent to open a channel into the rental; the answer comes as the first
     /// event ([`ChannelEvent::Opened`] or [`ChannelEvent::Refused`]). The caller has
     /// authorized the rental.
     pub fn open(
-        self: &Arc<Self>,
+        &self,
         host_id: i64,
         rental_id: i64,
         target: ChannelTarget,
@@ -157,21 +145,21 @@ impl TunnelHub {
         let id = self.ids.fetch_add(1, Ordering::Relaxed) + 1;
         let (events_tx, events) = mpsc::unbounded_channel();
         let credit = Arc::new(Semaphore::new(CHANNEL_WINDOW as usize));
-        let mut links = self.lock();
-        let link = links.get_mut(&host_id).ok_or_else(|| {
+        let opened = self.links.with(host_id, |link, generation| {
+            if link.channels.len() >= MAX_CHANNELS {
+                return Err(AppError::Unavailable(format!(
+                    "the rental's host already carries {MAX_CHANNELS} channels"
+                )));
+            }
+            let open = ServerMessage::OpenChannel { channel: id, rental_id, target, terminal, env };
+            link.outbox.send(ToAgent::Message(open)).map_err(|_| AppError::Unavailable("the host just went".into()))?;
+            link.channels.insert(id, Open { events: events_tx, credit: credit.clone() });
+            Ok(generation)
+        });
+        let generation = opened.ok_or_else(|| {
             AppError::Unavailable("the rental's host is not connected just now (or its agent predates SSH)".into())
-        })?;
-        if link.channels.len() >= MAX_CHANNELS {
-            return Err(AppError::Unavailable(format!("the rental's host already carries {MAX_CHANNELS} channels")));
-        }
-        let open = ServerMessage::OpenChannel { channel: id, rental_id, target, terminal, env };
-        link.outbox.send(ToAgent::Message(open)).map_err(|_| AppError::Unavailable("the host just went".into()))?;
-        link.channels.insert(id, Open { events: events_tx, credit: credit.clone() });
-        Ok(Channel { id, events, credit, hub: self.clone(), host_id, generation: link.generation })
-    }
-
-    fn to_agent(&self, host_id: i64, generation: u64, frame: ToAgent) -> bool {
-        self.lock().get(&host_id).filter(|l| l.generation == generation).is_some_and(|l| l.outbox.send(frame).is_ok())
+        })??;
+        Ok(Channel { id, events, credit, links: self.links.clone(), host_id, generation })
     }
 }
 
@@ -180,14 +168,19 @@ pub struct Channel {
     pub id: u64,
     pub events: mpsc::UnboundedReceiver<ChannelEvent>,
     credit: Arc<Semaphore>,
-    hub: Arc<TunnelHub>,
+    links: Arc<AgentLinks<Link>>,
     host_id: i64,
     generation: u64,
 }
 
 impl Channel {
+    /// Sends `frame` on the connection this channel was opened on, if it is still there.
+    fn to_agent(&self, frame: ToAgent) -> bool {
+        self.links.with_generation(self.host_id, self.generation, |l| l.outbox.send(frame).is_ok()).unwrap_or(false)
+    }
+
     fn say(&self, message: ServerMessage) -> bool {
-        self.hub.to_agent(self.host_id, self.generation, ToAgent::Message(message))
+        self.to_agent(ToAgent::Message(message))
     }
 
     /// Sends the client's bytes, waiting while the agent's window is full. False when the
@@ -196,8 +189,7 @@ impl Channel {
         for piece in bytes.chunks(cardpool_protocol::tunnel::CHANNEL_CHUNK) {
             let Ok(permits) = self.credit.acquire_many(piece.len() as u32).await else { return false };
             permits.forget();
-            let frame = ToAgent::Data(data_frame(self.id, Stream::Main, piece));
-            if !self.hub.to_agent(self.host_id, self.generation, frame) {
+            if !self.to_agent(ToAgent::Data(data_frame(self.id, Stream::Main, piece))) {
                 return false;
             }
         }
@@ -220,12 +212,12 @@ impl Channel {
 
 impl Drop for Channel {
     fn drop(&mut self) {
-        let mut links = self.hub.lock();
-        if let Some(link) = links.get_mut(&self.host_id).filter(|l| l.generation == self.generation)
-            && link.channels.remove(&self.id).is_some()
-        {
-            let _ = link.outbox.send(ToAgent::Message(ServerMessage::ChannelClose { channel: self.id }));
-        }
+        let id = self.id;
+        self.links.with_generation(self.host_id, self.generation, |link| {
+            if link.channels.remove(&id).is_some() {
+                let _ = link.outbox.send(ToAgent::Message(ServerMessage::ChannelClose { channel: id }));
+            }
+        });
     }
 }
 
@@ -235,7 +227,7 @@ mod tests {
 
     #[tokio::test]
     async fn channels_follow_their_connection_and_respect_the_window() {
-        let hub = Arc::new(TunnelHub::default());
+        let hub = TunnelHub::default();
         assert!(hub.open(1, 9, ChannelTarget::Shell, None, vec![]).is_err(), "no agent, no channel");
         let mut agent = hub.connect(1);
         let mut channel = hub.open(1, 9, ChannelTarget::Sftp, None, vec![]).unwrap();
