@@ -27,7 +27,10 @@ use std::{
     collections::HashMap,
     net::{IpAddr, SocketAddr},
     path::Path,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::Duration,
 };
 use tokio::net::TcpListener;
@@ -113,7 +116,8 @@ pub async fn serve(services: Services, key: PrivateKey, listener: TcpListener) {
             tracing::info!(%peer, "ssh connection refused: too many connections");
             continue;
         };
-        let handler = Connection { services: services.clone(), peer: peer.ip(), target: None, channels: 0 };
+        let handler =
+            Connection { services: services.clone(), peer: peer.ip(), target: None, channels: Arc::default() };
         let config = config.clone();
         tokio::spawn(async move {
             let _slot = slot;
@@ -166,18 +170,28 @@ struct Connection {
     peer: IpAddr,
     /// The rental this connection logged into.
     target: Option<SshTarget>,
-    channels: usize,
+    /// Its channels now open (each task holds a [`ChannelSlot`]).
+    channels: Arc<AtomicUsize>,
+}
+
+/// One open channel of a connection, counted until its task ends.
+struct ChannelSlot(Arc<AtomicUsize>);
+
+impl Drop for ChannelSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Connection {
     /// The logged-in rental, if another channel fits.
-    fn admit_channel(&mut self) -> Option<SshTarget> {
+    fn admit_channel(&mut self) -> Option<(SshTarget, ChannelSlot)> {
         let target = self.target?;
-        if self.channels >= MAX_CHANNELS_PER_CONNECTION {
+        if self.channels.fetch_add(1, Ordering::Relaxed) >= MAX_CHANNELS_PER_CONNECTION {
+            self.channels.fetch_sub(1, Ordering::Relaxed);
             return None;
         }
-        self.channels += 1;
-        Some(target)
+        Some((target, ChannelSlot(self.channels.clone())))
     }
 }
 
@@ -211,10 +225,13 @@ impl server::Handler for Connection {
         reply: ChannelOpenHandle,
         session: &mut Session,
     ) -> Result<(), Self::Error> {
-        let Some(target) = self.admit_channel() else { return Ok(()) };
+        let Some((target, slot)) = self.admit_channel() else { return Ok(()) };
         reply.accept().await;
         let (services, handle) = (self.services.clone(), session.handle());
-        tokio::spawn(async move { relay_session(services, target, channel, handle).await });
+        tokio::spawn(async move {
+            let _slot = slot;
+            relay_session(services, target, channel, handle).await;
+        });
         Ok(())
     }
 
@@ -229,13 +246,14 @@ impl server::Handler for Connection {
         session: &mut Session,
     ) -> Result<(), Self::Error> {
         let port = u16::try_from(port_to_connect).ok().filter(|p| *p > 0);
-        let (Some(target), Some(port)) = (self.admit_channel(), port) else { return Ok(()) };
-        if host_to_connect.is_empty() || host_to_connect.len() > 255 {
+        if port.is_none() || host_to_connect.is_empty() || host_to_connect.len() > 255 {
             return Ok(());
         }
+        let (Some((target, slot)), Some(port)) = (self.admit_channel(), port) else { return Ok(()) };
         let what = ChannelTarget::Tcp { host: host_to_connect.to_owned(), port };
         let (services, handle) = (self.services.clone(), session.handle());
         tokio::spawn(async move {
+            let _slot = slot;
             let opened = open_tunnel(&services, target, what, None, vec![]).await;
             match opened {
                 Ok(tunnel) => {
@@ -248,11 +266,6 @@ impl server::Handler for Connection {
                 }
             }
         });
-        Ok(())
-    }
-
-    async fn channel_close(&mut self, _channel: ChannelId, _session: &mut Session) -> Result<(), Self::Error> {
-        self.channels = self.channels.saturating_sub(1);
         Ok(())
     }
 

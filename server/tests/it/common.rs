@@ -165,6 +165,15 @@ impl TestApp {
     }
 
     /// `GET path` as `client`, as JSON.
+    /// Books one H100 (see [`TestApp::agent_host`]) on-demand for `renter` with `workload`;
+    /// returns the rental's id.
+    pub async fn book_h100(&self, renter: &Client, host_id: i64, workload: Value) -> i64 {
+        let body = json!({"host_id": host_id, "gpu_model": H100, "gpu_count": 1, "workload": workload});
+        let res = renter.post(self.url("/api/v1/rentals")).json(&body).send().await.unwrap();
+        assert_eq!(res.status(), StatusCode::CREATED);
+        res.json::<Value>().await.unwrap()["id"].as_i64().unwrap()
+    }
+
     pub async fn get_json(&self, client: &Client, path: &str) -> Value {
         client.get(self.url(path)).send().await.unwrap().json().await.unwrap()
     }

@@ -2,7 +2,7 @@
 //! sandbox, the renter reads its output by offset, follows it live as Server-Sent Events
 //! through an agent restart without a gap or a repeat, downloads it; nobody else can.
 
-use crate::common::{H100 as MODEL, TestApp};
+use crate::common::TestApp;
 use cardpool_domain::rentals::LogEvent;
 use cardpool_server::{config::Config, workers};
 use cardpool_service::{Settings, backend_tests, testing::Backend};
@@ -53,14 +53,7 @@ async fn a_renter_reads_follows_and_downloads_the_workload_log(backend: Backend)
     let (host, first) = app.agent_host(1, dir.clone()).await;
     let state = &host.state;
     let renter = app.funded_renter("renter@example.com", 20).await;
-    let res = renter
-        .post(app.url("/api/v1/rentals"))
-        .json(&json!({"host_id": state.host_id, "gpu_model": MODEL, "gpu_count": 1, "workload": {"command": WORKLOAD}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::CREATED);
-    let id = res.json::<Value>().await.unwrap()["id"].as_i64().unwrap();
+    let id = app.book_h100(&renter, state.host_id, json!({"command": WORKLOAD})).await;
     app.wait_for_rental_state(&renter, id, "running", Duration::from_secs(15)).await;
     let logs = app.url(&format!("/api/v1/rentals/{id}/logs"));
 

@@ -3,7 +3,7 @@
 //! connection, files go in and out with scp (SFTP and legacy) and sftp, a port inside the
 //! rental is forwarded, and strangers, removed keys and ended rentals are refused.
 
-use crate::common::{H100 as MODEL, TestApp};
+use crate::common::TestApp;
 use cardpool_server::{config::Config, workers};
 use cardpool_service::{Settings, backend_tests, testing::Backend};
 use reqwest::StatusCode;
@@ -125,14 +125,7 @@ async fn a_renter_gets_into_the_rental_over_ssh(backend: Backend) {
     assert_eq!(wrong.status(), StatusCode::UNPROCESSABLE_ENTITY, "a private key is refused, not stored");
 
     let workload = json!({"command": WORKLOAD, "ssh_public_key": public(&booked)});
-    let res = renter
-        .post(app.url("/api/v1/rentals"))
-        .json(&json!({"host_id": host.state.host_id, "gpu_model": MODEL, "gpu_count": 1, "workload": workload}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::CREATED);
-    let id = res.json::<Value>().await.unwrap()["id"].as_i64().unwrap();
+    let id = app.book_h100(&renter, host.state.host_id, workload).await;
     app.wait_for_rental_state(&renter, id, "running", Duration::from_secs(15)).await;
     let detail = app.get_json(&renter, &format!("/api/v1/rentals/{id}")).await;
     let access = &detail["ssh"];
@@ -240,6 +233,44 @@ async fn a_renter_gets_into_the_rental_over_ssh(backend: Backend) {
     let ended = tokio::time::timeout(Duration::from_secs(20), held.wait_with_output()).await;
     assert!(ended.is_ok(), "the session outlived its rental");
     assert!(denied(&client.ssh(&booked, &user, &[], "true").await));
+    let _ = std::fs::remove_dir_all(&scratch);
+}
+
+/// Every key an address tries counts against the budget sign-in gives it: past it, even the
+/// right key waits.
+#[tokio::test]
+async fn ssh_logins_are_throttled_per_source_address() {
+    let mut settings = Settings::default();
+    // Shared with the sign-ins the test makes over HTTP from the same address.
+    settings.sign_in_limits.per_ip.max = 8;
+    let app = TestApp::spawn_configured(Backend::Sqlite, settings, Config::default()).await;
+    let scratch = std::env::temp_dir().join(format!("cardpool-ssh-throttle-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch).unwrap();
+    let (host, _agent) = app.agent_host(1, scratch.join("rentals")).await;
+    let key = keygen(&scratch, "key").await;
+    let renter = app.funded_renter("renter@example.com", 20).await;
+    let workload = json!({"command": "exec sleep 600", "ssh_public_key": public(&key)});
+    let id = app.book_h100(&renter, host.state.host_id, workload).await;
+    app.wait_for_rental_state(&renter, id, "running", Duration::from_secs(15)).await;
+    let client = Client { port: app.ssh_port, known_hosts: scratch.join("known_hosts") };
+    let user = format!("r{id}");
+    let first = client.ssh(&key, &user, &[], "true").await;
+    assert!(first.status.success(), "{}", text(&first));
+    let mut logins = 1;
+    loop {
+        let ran = client.ssh(&key, &user, &[], "true").await;
+        if !ran.status.success() {
+            assert_eq!(ran.status.code(), Some(255), "{}", text(&ran));
+            break;
+        }
+        logins += 1;
+        assert!(logins <= 8, "{logins} logins from one address were never throttled");
+    }
+    let again = client.ssh(&key, &user, &[], "true").await;
+    assert_eq!(again.status.code(), Some(255), "the right key waits too: {}", text(&again));
+    let _ = renter.post(app.url(&format!("/api/v1/rentals/{id}/stop"))).send().await.unwrap();
+    app.wait_for_rental_state(&renter, id, "ended", Duration::from_secs(20)).await;
     let _ = std::fs::remove_dir_all(&scratch);
 }
 

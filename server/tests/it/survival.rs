@@ -18,17 +18,6 @@ const GRACE: Duration = Duration::from_secs(5);
 /// Prints one line when it starts, then runs until stopped.
 const WORKLOAD: &str = "echo started; while :; do sleep 1; done";
 
-async fn book(app: &TestApp, renter: &reqwest::Client, host_id: i64) -> i64 {
-    let res = renter
-        .post(app.url("/api/v1/rentals"))
-        .json(&json!({"host_id": host_id, "gpu_model": MODEL, "gpu_count": 1, "workload": {"command": WORKLOAD}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::CREATED);
-    res.json::<Value>().await.unwrap()["id"].as_i64().unwrap()
-}
-
 fn started_lines(dir: &std::path::Path, rental_id: i64) -> usize {
     let log = std::fs::read_to_string(dir.join(format!("{rental_id}/workload.log"))).unwrap_or_default();
     log.lines().filter(|l| *l == "started").count()
@@ -48,7 +37,7 @@ async fn rentals_survive_agent_restarts_and_end_only_after_the_grace(backend: Ba
     let renter = app.funded_renter("renter@example.com", 20).await;
 
     // The agent dies (kill -9, an upgrade) and is back two seconds later.
-    let id = book(&app, &renter, state.host_id).await;
+    let id = app.book_h100(&renter, state.host_id, json!({"command": WORKLOAD})).await;
     let running = app.wait_for_rental_state(&renter, id, "running", Duration::from_secs(15)).await;
     first.abort();
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -71,7 +60,7 @@ async fn rentals_survive_agent_restarts_and_end_only_after_the_grace(backend: Ba
 
     // Silent past the grace (the agent is gone for good): interrupted, billed to the last
     // heartbeat.
-    let id = book(&app, &renter, state.host_id).await;
+    let id = app.book_h100(&renter, state.host_id, json!({"command": WORKLOAD})).await;
     let running = app.wait_for_rental_state(&renter, id, "running", Duration::from_secs(15)).await;
     second.abort();
     let silenced = Utc::now();
@@ -92,7 +81,7 @@ async fn rentals_survive_agent_restarts_and_end_only_after_the_grace(backend: Ba
 
     // The host reboots: agent and workload are gone; the agent that starts finds nothing to
     // adopt, and the server, hearing it run nothing, fails the rental instead of billing on.
-    let id = book(&app, &renter, state.host_id).await;
+    let id = app.book_h100(&renter, state.host_id, json!({"command": WORKLOAD})).await;
     app.wait_for_rental_state(&renter, id, "running", Duration::from_secs(15)).await;
     third.abort();
     let sandbox = cardpool_agent::sandbox::SandboxStatus::read(&dir.join(id.to_string()));
