@@ -12,12 +12,10 @@ use crate::{
     AppResult, Services,
     agent_links::{AgentLinks, Hooked},
     auth::Principal,
-    db::DbResultExt,
-    entities::rentals,
+    rentals::{Audience, visible_rental},
 };
 use cardpool_domain::{AppError, rentals::RentalState};
 use cardpool_protocol::{LOG_CHUNK_BYTES, LogChunk, ServerMessage};
-use sea_orm::EntityTrait;
 use std::{
     collections::HashMap,
     sync::{
@@ -110,12 +108,7 @@ pub async fn read_rental_log(
     offset: Option<u64>,
     max_bytes: Option<u32>,
 ) -> AppResult<LogChunk> {
-    let rental = rentals::Entity::find_by_id(rental_id)
-        .one(&services.db)
-        .await
-        .context("loading rental")?
-        .filter(|r| r.renter_id == principal.user_id || principal.roles.admin)
-        .ok_or_else(|| AppError::not_found("rental"))?;
+    let rental = visible_rental(services, principal, rental_id, Audience::Renter).await?;
     let max_bytes = max_bytes.unwrap_or(LOG_CHUNK_BYTES).clamp(1, LOG_CHUNK_BYTES);
     match services.logs.read(rental.host_id, rental.id, offset, max_bytes).await? {
         Ok(chunk) => Ok(chunk),

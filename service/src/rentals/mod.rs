@@ -37,4 +37,4 @@ pub use pricing::{clearing_price, cost};
 pub use schedules::{interrupt_host, run_schedules};
 pub use spot::change_bid;
 pub use state::open_end;
-pub use views::{get_rental, list_rentals};
+pub use views::{Audience, get_rental, list_rentals, visible_rental};

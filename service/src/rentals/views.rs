@@ -31,23 +31,47 @@ pub async fn list_rentals(services: &Services, principal: &Principal) -> AppResu
     Ok(out)
 }
 
-/// One rental with its timeline: for its renter, the host's provider, or an admin.
-pub async fn get_rental(services: &Services, principal: &Principal, rental_id: i64) -> AppResult<RentalDetail> {
+/// Who may see a rental besides its renter and admins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Audience {
+    /// Only they: its logs, its GPUs' telemetry.
+    Renter,
+    /// The host's provider too: its page and timeline.
+    RenterAndProvider,
+}
+
+/// The rental, if `principal` is in its `audience`; "not found" otherwise, so ids of other
+/// people's rentals reveal nothing.
+pub async fn visible_rental(
+    services: &Services,
+    principal: &Principal,
+    rental_id: i64,
+    audience: Audience,
+) -> AppResult<rentals::Model> {
     let rental = rentals::Entity::find_by_id(rental_id)
         .one(&services.db)
         .await
         .context("loading rental")?
         .ok_or_else(|| AppError::not_found("rental"))?;
-    if rental.renter_id != principal.user_id && !principal.roles.admin {
+    if rental.renter_id == principal.user_id || principal.roles.admin {
+        return Ok(rental);
+    }
+    if audience == Audience::RenterAndProvider {
         let provider = hosts::Entity::find_by_id(rental.host_id)
             .one(&services.db)
             .await
             .context("loading host")?
             .map(|h| h.provider_id);
-        if provider != Some(principal.user_id) {
-            return Err(AppError::not_found("rental"));
+        if provider == Some(principal.user_id) {
+            return Ok(rental);
         }
     }
+    Err(AppError::not_found("rental"))
+}
+
+/// One rental with its timeline: for its renter, the host's provider, or an admin.
+pub async fn get_rental(services: &Services, principal: &Principal, rental_id: i64) -> AppResult<RentalDetail> {
+    let rental = visible_rental(services, principal, rental_id, Audience::RenterAndProvider).await?;
     let events = rental_events::Entity::find()
         .filter(rental_events::Column::RentalId.eq(rental_id))
         .order_by_asc(rental_events::Column::Id)

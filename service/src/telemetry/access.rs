@@ -8,7 +8,8 @@ use crate::{
     AppError, AppResult, Services,
     auth::{self, Principal},
     db::DbResultExt,
-    entities::{gpus, hosts, rental_gpus, rentals},
+    entities::{gpus, hosts, rental_gpus},
+    rentals::{Audience, visible_rental},
 };
 use cardpool_domain::{
     rentals::RentalState,
@@ -70,12 +71,7 @@ pub async fn grant(services: &Services, principal: &Principal, scope: TelemetryS
     let mut grant = Grant { scope, hosts: BTreeMap::new(), since: None, until: None, live: true };
     match scope {
         TelemetryScope::Rental(id) => {
-            let rental = rentals::Entity::find_by_id(id)
-                .one(&services.db)
-                .await
-                .context("loading rental")?
-                .filter(|r| r.renter_id == principal.user_id || principal.roles.admin)
-                .ok_or_else(|| AppError::not_found("rental"))?;
+            let rental = visible_rental(services, principal, id, Audience::Renter).await?;
             let gpu_ids: Vec<i64> = rental_gpus::Entity::find()
                 .filter(rental_gpus::Column::RentalId.eq(id))
                 .all(&services.db)
