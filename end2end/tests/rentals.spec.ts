@@ -78,6 +78,8 @@ test("a renter books on-demand, watches it start, stops it and pays exactly its 
   await page.getByLabel("Public key").fill(ssh.publicKey);
   await page.getByRole("button", { name: "Add key" }).click();
   await expect(page.getByTestId("ssh-key-row").filter({ hasText: "e2e@laptop" }).first()).toBeVisible();
+  await expect(page.getByRole("status")).toContainText("added");
+  await expect(page.getByLabel("Public key")).toHaveValue("");
   await snap(page, "ssh-keys");
 
   // A mistake is explained on the form and books nothing.

@@ -27,6 +27,16 @@ fn SshKeys() -> impl IntoView {
     let remove = ServerAction::<RemoveSshKey>::new();
     let keys = Resource::new(move || (add.version().get(), remove.version().get()), |_| list_ssh_keys());
     let value = add.value();
+    // A key that went in leaves the form empty for the next one.
+    let key_input: NodeRef<leptos::html::Textarea> = NodeRef::new();
+    Effect::new(move || {
+        if let Some(Ok(_)) = value.get() {
+            #[cfg(feature = "hydrate")]
+            if let Some(input) = key_input.get() {
+                input.set_value("");
+            }
+        }
+    });
     view! {
         <div class="space-y-6">
             <div>
@@ -43,7 +53,7 @@ fn SshKeys() -> impl IntoView {
                 <ActionForm action=add attr:class="mt-4 space-y-4" attr:novalidate=true>
                     <div>
                         <label for="public_key" class="block text-sm font-medium text-slate-700">"Public key"</label>
-                        <textarea id="public_key" name="public_key" rows="3" required
+                        <textarea id="public_key" name="public_key" rows="3" required node_ref=key_input
                             class="mt-1 block w-full rounded-lg border-slate-300 font-mono text-sm shadow-sm focus:border-indigo-500 focus:ring-indigo-500"
                             placeholder="ssh-ed25519 AAAA… you@laptop"
                             aria-describedby="public_key-hint"></textarea>
@@ -62,6 +72,11 @@ fn SshKeys() -> impl IntoView {
                 <div class="mt-4">
                     <FormAlert message=form_error(value) />
                 </div>
+                {move || value.get().and_then(Result::ok).map(|key| view! {
+                    <p role="status" class="mt-4 rounded-lg bg-emerald-50 px-4 py-3 text-sm text-emerald-900 ring-1 ring-emerald-200">
+                        "Key “" {key.name.clone()} "” added (" <span class="font-mono text-xs">{key.fingerprint.clone()}</span> ")."
+                    </p>
+                })}
             </section>
 
             <section class="card" aria-labelledby="your-keys">

@@ -153,6 +153,18 @@ async fn a_renter_gets_into_the_rental_over_ssh(backend: Backend) {
     let out = String::from_utf8_lossy(&tty.stdout);
     assert!(tty.status.success() && out.contains("24 80") && out.contains("on-a-terminal"), "{}", text(&tty));
 
+    // An interactive login shell on a terminal: what is typed runs, its exit ends the session.
+    let mut login = tokio::process::Command::new("ssh");
+    login.args(client.options(&account)).arg("-p").arg(app.ssh_port.to_string()).arg("-tt");
+    login.arg(format!("{user}@127.0.0.1")).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped());
+    let mut login = login.stderr(std::process::Stdio::piped()).kill_on_drop(true).spawn().unwrap();
+    let mut typing = login.stdin.take().unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut typing, b"echo \"answer=$((6 * 7)) in $PWD\"; exit 3\n").await.unwrap();
+    let session = tokio::time::timeout(Duration::from_secs(30), login.wait_with_output()).await.unwrap().unwrap();
+    assert_eq!(session.status.code(), Some(3), "{}", text(&session));
+    assert!(String::from_utf8_lossy(&session.stdout).contains("answer=42 in /workspace"), "{}", text(&session));
+    drop(typing);
+
     // Files in and out: 3 MiB (three times the relay's window) with scp over SFTP, legacy scp
     // and sftp; the bytes come back identical.
     let data: Vec<u8> = (0..3u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
