@@ -132,10 +132,15 @@ async fn two_minutes_disconnected_then_every_frame_is_stored_once(backend: Backe
 }
 
 /// Reads the SSE stream until `count` data events arrive or the stream ends.
-async fn events(mut response: reqwest::Response, count: usize) -> Vec<Value> {
+async fn events(response: reqwest::Response, count: usize) -> Vec<Value> {
+    events_until(response, |seen| seen.len() >= count).await
+}
+
+/// Reads Server-Sent Events until `enough` says so (or the feed ends).
+async fn events_until(mut response: reqwest::Response, enough: impl Fn(&[Value]) -> bool) -> Vec<Value> {
     let mut text = String::new();
     let mut out = Vec::new();
-    while out.len() < count {
+    while !enough(&out) {
         let Some(chunk) =
             tokio::time::timeout(Duration::from_secs(10), response.chunk()).await.expect("an event").unwrap()
         else {
@@ -195,16 +200,25 @@ async fn the_live_feed_shows_a_renter_only_their_gpus_and_metrics_need_the_token
     let rental: Value = res.json().await.unwrap();
     let id = rental["id"].as_i64().unwrap();
     let mine: Vec<u64> = rental["gpu_indexes"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
-    app.wait_for_rental_state(&renter, id, "running", Duration::from_secs(10)).await;
+    let running = app.wait_for_rental_state(&renter, id, "running", Duration::from_secs(10)).await;
+    let running_since = running["rental"]["running_since"].as_str().unwrap();
+    let running_since = chrono::DateTime::parse_from_rfc3339(running_since).unwrap().timestamp_millis();
 
     let feed = renter.get(app.url(&format!("/api/v1/telemetry/live?scope=rental&id={id}"))).send().await.unwrap();
     assert_eq!(feed.status(), StatusCode::OK);
     assert_eq!(feed.headers()["content-type"], "text/event-stream");
-    for event in events(feed, 3).await {
+    // Samples come in as the host's agent sends them, which under load may be a little behind:
+    // the first ones can predate the workload. Three taken while it ran are enough.
+    let since_running = |event: &Value| event["at_ms"].as_i64().unwrap() >= running_since;
+    let seen = events_until(feed, |seen| seen.iter().filter(|e| since_running(e)).count() >= 3).await;
+    for event in &seen {
         assert_eq!(event["type"], "sample");
-        let seen: Vec<u64> = event["gpus"].as_array().unwrap().iter().map(|g| g["index"].as_u64().unwrap()).collect();
-        assert_eq!(seen, mine, "only the rental's GPUs: {event}");
-        // The rented GPUs are busy in the simulator.
+        let indexes: Vec<u64> =
+            event["gpus"].as_array().unwrap().iter().map(|g| g["index"].as_u64().unwrap()).collect();
+        assert_eq!(indexes, mine, "only the rental's GPUs: {event}");
+    }
+    for event in seen.iter().filter(|e| since_running(e)) {
+        // The rented GPUs are busy in the simulator while the workload runs.
         assert!(event["gpus"][0]["util_pct"].as_f64().unwrap() > 50.0, "{event}");
     }
     let whole_host =
