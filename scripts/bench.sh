@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The site's figures, printed: the shipped bundle's sizes and caching, throughput and latency
 # of the release server at 10,000 hosts on SQLite and PostgreSQL (server/examples/bench_offers.rs),
-# and Lighthouse's mobile performance and accessibility scores for / and /offers on the demo.
+# Lighthouse's mobile performance and accessibility scores for / and /offers on the demo, and SSH
+# through the gateway on the same demo (scripts/bench-ssh.sh).
 # Arguments go to bench_offers (`sqlite` or `postgres` for one backend). Takes ~10 min warm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,3 +41,6 @@ for path in / /offers; do
     }' "$reports/$name.json" "$path"
 done
 rm -rf "$reports"
+
+say "SSH through the gateway (scp throughput, login time) on the demo"
+scripts/bench-ssh.sh "$SERVER_URL" "$SERVER_SSH_PORT"
