@@ -40,6 +40,13 @@ const ENVIRONMENT_FILE: &str = "environment";
 /// Written (through an inherited descriptor) by the sandbox's first command once the sandbox is
 /// built: bubblewrap reports its init before it sets up the mounts, and may still fail then.
 const STARTED_FILE: &str = "started";
+/// Shell that moves itself into the `$n` cgroups whose `cgroup.procs` files come first in its
+/// arguments (writing 0 moves the writer, and what it starts stays there), then shifts them.
+macro_rules! join_cgroups {
+    () => {
+        "while [ \"$n\" -gt 0 ]; do echo 0 > \"$1\" || exit 125; shift; n=$((n - 1)); done; "
+    };
+}
 /// Run as root before the sandbox: `$1` the status file, `$2` the started file, `$3`
 /// slirp4netns (empty: the sandbox shares the host's network), `$4` nftables and `$5` the
 /// rental's firewall rules (both empty: none), `$6` how many cgroup.procs files follow, then
@@ -48,9 +55,10 @@ const STARTED_FILE: &str = "started";
 /// user-mode NAT, the host's loopback refused, and (with its rules) the host's addresses and
 /// LAN refused; rules that cannot be loaded leave it without a network. The helper ends with
 /// the sandbox.
-const JOIN_AND_EXEC: &str = "status=$1; started=$2; slirp=$3; nft=$4; rules=$5; n=$6; shift 6; \
-    while [ \"$n\" -gt 0 ]; do echo 0 > \"$1\" || exit 125; shift; n=$((n - 1)); done; \
-    exec 3>\"$status\" 4>\"$started\"; \
+const JOIN_AND_EXEC: &str = concat!(
+    "status=$1; started=$2; slirp=$3; nft=$4; rules=$5; n=$6; shift 6; ",
+    join_cgroups!(),
+    "exec 3>\"$status\" 4>\"$started\"; \
     if [ -z \"$slirp\" ]; then exec \"$@\"; fi; \
     \"$@\" & sandbox=$!; exec 3>&- 4>&-; \
     i=0; pid=; while [ -z \"$pid\" ] && [ $i -lt 1000 ]; do \
@@ -61,11 +69,11 @@ const JOIN_AND_EXEC: &str = "status=$1; started=$2; slirp=$3; nft=$4; rules=$5; 
         [ ! -e \"/proc/$pid\" ] || echo 'cardpool: the rental has no network: its firewall could not be set up' >&2; fi; \
     net=; if [ -n \"$pid\" ] && [ -n \"$walled\" ]; then \"$slirp\" --configure --mtu=65520 --disable-host-loopback \
         --netns-type=path \"/proc/$pid/ns/net\" tap0 >/dev/null 2>&1 & net=$!; fi; \
-    wait \"$sandbox\"; code=$?; [ -z \"$net\" ] || { kill \"$net\"; wait \"$net\"; } 2>/dev/null; exit \"$code\"";
+    wait \"$sandbox\"; code=$?; [ -z \"$net\" ] || { kill \"$net\"; wait \"$net\"; } 2>/dev/null; exit \"$code\""
+);
 /// Run as root before entering a running sandbox (an SSH channel): `$1` how many cgroup.procs
 /// files follow, then those files, then the command.
-const JOIN: &str = "n=$1; shift; while [ \"$n\" -gt 0 ]; do echo 0 > \"$1\" || exit 125; shift; n=$((n - 1)); done; \
-    exec \"$@\"";
+const JOIN: &str = concat!("n=$1; shift; ", join_cgroups!(), "exec \"$@\"");
 /// Inside a sandbox that was entered: the renter's environment, then the command (`$@`).
 const ENTERED: &str = ". /cardpool/environment; cd /workspace 2>/dev/null; exec \"$@\"";
 /// The sandbox's first command: waits (5 s at most) for its network when it has its own, says
