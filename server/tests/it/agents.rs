@@ -1,7 +1,7 @@
 //! The agent and the server over a real WebSocket, on SQLite and PostgreSQL: enrollment,
 //! inventory, heartbeats and liveness, reconnects, revocation, and refusals.
 
-use crate::common::{TestApp, eventually};
+use crate::common::{TestApp, agent_dir, eventually};
 use cardpool_agent::{
     connection, enrollment, gpu::simulated::SimulatedSource, runtime::WorkloadMode, state::AgentState,
 };
@@ -32,7 +32,7 @@ async fn wait_for(
 fn spawn_agent(state: AgentState, spec: &'static str) -> tokio::task::JoinHandle<Result<(), String>> {
     tokio::spawn(async move {
         let source = SimulatedSource::new(spec, "test-host", vec![]).unwrap();
-        let dir = std::env::temp_dir().join(format!("cardpool-test-rentals-{}-{}", std::process::id(), state.host_id));
+        let dir = agent_dir("rentals");
         connection::run(&state, &source, Some("Lab 1".into()), dir, WorkloadMode::Simulate, Duration::from_secs(1))
             .await
     })
@@ -156,7 +156,7 @@ async fn a_revoked_host_is_disconnected_and_cannot_return(backend: Backend) {
         &state,
         &source,
         None,
-        std::env::temp_dir().join("cardpool-test-doomed"),
+        agent_dir("doomed"),
         WorkloadMode::Simulate,
         Duration::from_secs(1),
     )

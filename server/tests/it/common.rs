@@ -212,6 +212,13 @@ pub async fn eventually<T>(within: Duration, what: &str, mut check: impl AsyncFn
     }
 }
 
+/// A fresh directory of its own for an agent's rentals (kept after the test, for its traces).
+/// Never derive it from a host id: both backends' runs of a test share a process and both
+/// number their first host 1, and an agent adopts what it finds running in its directory.
+pub fn agent_dir(what: &str) -> std::path::PathBuf {
+    tempfile::Builder::new().prefix(&format!("cardpool-{what}-")).tempdir().unwrap().keep()
+}
+
 /// The model the agent hosts of [`TestApp::agent_host`] have.
 pub const H100: &str = "NVIDIA H100 80GB HBM3";
 

@@ -3,7 +3,7 @@
 //! is still stored exactly once; the live feed over HTTP shows a renter only their GPUs;
 //! `/metrics` speaks dcgm-exporter and wants its token.
 
-use crate::common::{TestApp, eventually};
+use crate::common::{TestApp, agent_dir, eventually};
 use cardpool_agent::{connection, enrollment, gpu::simulated::SimulatedSource, runtime::WorkloadMode};
 use cardpool_server::{Config, workers};
 use cardpool_service::{
@@ -93,7 +93,7 @@ async fn two_minutes_disconnected_then_every_frame_is_stored_once(backend: Backe
     // 20 ms a frame: 120 frames (two minutes at 1 Hz) pass in 2.4 s.
     let agent = tokio::spawn(async move {
         let source = SimulatedSource::new("8xH100-80GB", "rig", vec![]).unwrap();
-        let dir = std::env::temp_dir().join(format!("cardpool-telemetry-{}-{host}", std::process::id()));
+        let dir = agent_dir("telemetry");
         connection::run(&state, &source, None, dir, WorkloadMode::Simulate, Duration::from_millis(20)).await
     });
     let before = eventually(Duration::from_secs(10), "telemetry arriving", async || {
@@ -172,7 +172,7 @@ async fn the_live_feed_shows_a_renter_only_their_gpus_and_metrics_need_the_token
     let host = state.host_id;
     let agent = tokio::spawn(async move {
         let source = SimulatedSource::new("4xH100-80GB", "rig", vec![]).unwrap();
-        let dir = std::env::temp_dir().join(format!("cardpool-telemetry-feed-{}-{host}", std::process::id()));
+        let dir = agent_dir("telemetry-feed");
         connection::run(&state, &source, None, dir, WorkloadMode::Simulate, Duration::from_millis(200)).await
     });
     let owner = accounts::principal_for_email(&app.services, "rig@example.com").await.unwrap();
