@@ -321,6 +321,10 @@ async fn session(agent: &Agent<'_>, backoff: &mut Backoff, updates: &mut Unbound
             frame = rx.next() => match frame {
                 Some(Ok(Message::Text(text))) => match serde_json::from_str::<ServerMessage>(&text) {
                     Ok(ServerMessage::Refused { reason }) => return Ended::Refused(reason),
+                    Ok(ServerMessage::Error { message }) => {
+                        eprintln!("cardpool-agent: the server did not accept a message: {message}");
+                        continue;
+                    }
                     Ok(ServerMessage::Attach(spec)) => {
                         supervisor.attach(spec);
                         continue;

@@ -45,6 +45,13 @@ pub enum AppError {
     /// A service we depend on (Stripe) is unavailable or refused; safe to retry later.
     #[error("{0}")]
     Unavailable(String),
+    /// The request (its body, a message) is larger than this route takes; the message says
+    /// the limit.
+    #[error("{0}")]
+    TooLarge(String),
+    /// The client took too long to send its request.
+    #[error("the request took too long to arrive")]
+    TimedOut,
     /// Something failed on our side. Details were logged; none are shown.
     #[error("something went wrong on our side; please try again")]
     Internal,
@@ -94,6 +101,8 @@ impl AppError {
             AppError::PaymentRequired(_) => "payment_required",
             AppError::RateLimited { .. } => "rate_limited",
             AppError::Unavailable(_) => "unavailable",
+            AppError::TooLarge(_) => "too_large",
+            AppError::TimedOut => "timed_out",
             AppError::Internal => "internal",
         }
     }
@@ -109,6 +118,8 @@ impl AppError {
             AppError::PaymentRequired(_) => 402,
             AppError::RateLimited { .. } => 429,
             AppError::Unavailable(_) => 503,
+            AppError::TooLarge(_) => 413,
+            AppError::TimedOut => 408,
             AppError::Internal => 500,
         }
     }
@@ -178,6 +189,8 @@ mod tests {
             AppError::PaymentRequired("short by $1.00".into()),
             AppError::RateLimited { retry_after_secs: 7 },
             AppError::Unavailable("Stripe is down".into()),
+            AppError::TooLarge("at most 64 KiB".into()),
+            AppError::TimedOut,
             AppError::Internal,
         ];
         for err in all {

@@ -11,7 +11,7 @@ pub mod tunnel;
 pub use tunnel::{ChannelTarget, Terminal};
 
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion { major: 1, minor: 3 };
+pub const PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion { major: 1, minor: 4 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProtocolVersion {
@@ -87,7 +87,7 @@ mod tests {
     fn same_major_is_accepted_other_majors_refused_with_a_reason() {
         assert!(PROTOCOL_VERSION.check_peer(ProtocolVersion { major: 1, minor: 7 }).is_ok());
         let err = PROTOCOL_VERSION.check_peer(ProtocolVersion { major: 2, minor: 0 }).unwrap_err();
-        assert!(err.contains("2.0") && err.contains("1.3"), "{err}");
+        assert!(err.contains("2.0") && err.contains("1.4"), "{err}");
     }
 
     #[test]
@@ -258,9 +258,12 @@ impl SelfTestReport {
 pub enum ServerMessage {
     /// The hello was accepted.
     Welcome { host_id: i64, heartbeat_interval_secs: u64 },
-    /// The connection is refused or ended (unsupported protocol, revoked host, bad message);
-    /// the server closes the socket after sending it.
+    /// The connection is refused or ended for good (unsupported protocol, revoked host,
+    /// another connection of the host took over); the server closes the socket after it.
     Refused { reason: String },
+    /// One message was not accepted (malformed, too long a string, data the server refuses);
+    /// the connection goes on (since 1.4; older agents ignore it).
+    Error { message: String },
     /// Give these GPUs to this workload and start it. Repeated until the agent reports the
     /// workload ready (or failed); an agent already running it just reports its status again.
     Attach(AttachSpec),

@@ -42,16 +42,20 @@ pub struct Config {
     pub public_url: Option<String>,
     /// Where cargo-leptos put the site (the wasm bundle, CSS, public assets).
     pub site_root: PathBuf,
-    /// Take the client address from `X-Forwarded-For` (only behind a proxy you run).
-    pub trust_forwarded_for: bool,
+    /// The reverse proxies in front of Cardpool (addresses or ranges such as `10.0.0.0/8`):
+    /// only a request from one of them has its `X-Forwarded-For` read, right to left, for the
+    /// client address. Empty (the default): the connection's own address.
+    pub trusted_proxies: Vec<String>,
     /// Idle session lifetime, seconds.
     pub session_idle_secs: u64,
     /// Absolute session lifetime, seconds.
     pub session_absolute_secs: u64,
-    /// Failed sign-ins allowed per account per window.
+    /// Failed sign-ins allowed per account from one client address per window.
     pub sign_in_failures_per_account: u32,
-    /// Sign-in attempts allowed per client IP per window.
+    /// Failed sign-ins (and SSH logins) allowed per client address per window.
     pub sign_in_attempts_per_ip: u32,
+    /// Accounts one client address may create per hour.
+    pub sign_ups_per_ip_per_hour: u32,
     /// Window of both sign-in limits, seconds.
     pub sign_in_window_secs: u64,
     /// How often agents send a heartbeat, seconds.
@@ -111,11 +115,12 @@ impl Default for Config {
             database_url: Secret::new("sqlite://cardpool.db?mode=rwc"),
             public_url: None,
             site_root: PathBuf::from("target/site"),
-            trust_forwarded_for: false,
+            trusted_proxies: Vec::new(),
             session_idle_secs: session.idle.as_secs(),
             session_absolute_secs: session.absolute.as_secs(),
             sign_in_failures_per_account: 5,
             sign_in_attempts_per_ip: 30,
+            sign_ups_per_ip_per_hour: 10,
             sign_in_window_secs: 15 * 60,
             heartbeat_interval_secs: 5,
             host_offline_grace_secs: 20,
@@ -153,6 +158,12 @@ impl Config {
         figment.merge(Env::raw().only(&["DATABASE_URL"])).merge(Env::prefixed("CARDPOOL_")).extract().map_err(Box::new)
     }
 
+    /// [`Config::trusted_proxies`], parsed; an entry that is no address or range is an error.
+    pub fn trusted_proxies(&self) -> Result<crate::limits::TrustedProxies, String> {
+        let nets = self.trusted_proxies.iter().map(|p| p.parse()).collect::<Result<Vec<_>, String>>();
+        nets.map(crate::limits::TrustedProxies::new).map_err(|e| format!("trusted_proxies: {e}"))
+    }
+
     /// Whether people reach us over https (cookies get `Secure`, responses HSTS).
     pub fn served_over_https(&self) -> bool {
         self.public_url.as_deref().is_some_and(|url| url.starts_with("https://"))
@@ -171,6 +182,7 @@ impl Config {
             sign_in_limits: SignInLimits {
                 per_account: Limit { max: self.sign_in_failures_per_account, window },
                 per_ip: Limit { max: self.sign_in_attempts_per_ip, window },
+                sign_ups_per_ip: Limit { max: self.sign_ups_per_ip_per_hour, window: Duration::from_secs(3600) },
             },
             payments: cardpool_service::PaymentSettings {
                 platform_fee_bps: self.platform_fee_bps.min(10_000),

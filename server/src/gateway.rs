@@ -43,6 +43,16 @@ pub struct GatewayOptions {
 
 /// How long a new connection may take to say hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest message an agent may send: a telemetry batch (60 frames of 64 GPUs) is ~600 KiB.
+const MAX_MESSAGE_BYTES: usize = 1 << 20;
+/// The longest string an agent's message may carry (a log chunk's bytes aside).
+const MAX_STRING_CHARS: usize = 4096;
+/// Messages that reach the database (heartbeats, reports, telemetry): per second, and in a burst.
+const STORED_PER_SEC: f64 = 20.0;
+const STORED_BURST: f64 = 200.0;
+/// Messages relayed in memory (SSH channel control, log chunks).
+const RELAYED_PER_SEC: f64 = 5000.0;
+const RELAYED_BURST: f64 = 10_000.0;
 
 pub async fn connect(
     State(state): State<AppState>,
@@ -62,7 +72,10 @@ pub async fn connect(
         Ok(host) => host,
         Err(err) => return ApiError(err).into_response(),
     };
-    upgrade.on_upgrade(move |socket| serve_agent(state.services, host, credential, options, socket))
+    upgrade
+        .max_message_size(MAX_MESSAGE_BYTES)
+        .max_frame_size(MAX_MESSAGE_BYTES)
+        .on_upgrade(move |socket| serve_agent(state.services, host, credential, options, socket))
 }
 
 type Sender = SplitSink<WebSocket, Message>;
@@ -149,6 +162,11 @@ async fn serve_connected(
     tx: &mut Sender,
     rx: &mut futures_util::stream::SplitStream<WebSocket>,
 ) {
+    // One live connection per host: a newer one's arrival drops `kick`'s sender.
+    let (kick, mut kicked) = tokio::sync::oneshot::channel();
+    let _connection = services.connections.connect(host.id, kick);
+    let mut stored = TokenBucket::new(STORED_PER_SEC, STORED_BURST);
+    let mut relayed = TokenBucket::new(RELAYED_PER_SEC, RELAYED_BURST);
     let wake = services.signals.subscribe(host.id);
     // Reads of workload logs for this host come through here until the connection ends.
     let mut logs = services.logs.connect(host.id);
@@ -185,6 +203,10 @@ async fn serve_connected(
                     break;
                 }
             }
+            _ = &mut kicked => {
+                refuse(tx, "another connection of this host took over (is a second agent running with its credential?)").await;
+                break;
+            }
             () = wake.notified() => {
                 if !send_commands(services, tx, host.id, None).await {
                     break;
@@ -200,7 +222,18 @@ async fn serve_connected(
                     }
                     Some(Ok(_)) => continue,
                 };
-                let result = match serde_json::from_str::<AgentMessage>(&text) {
+                let message = serde_json::from_str::<AgentMessage>(&text);
+                match &message {
+                    Ok(m) if is_relayed(m) => relayed.take().await,
+                    _ => stored.take().await,
+                }
+                let message = message.and_then(|m| match too_long_string(&m, &text) {
+                    Some(what) => Err(serde::de::Error::custom(format!(
+                        "{what} is longer than {MAX_STRING_CHARS} characters"
+                    ))),
+                    None => Ok(m),
+                });
+                let result = match message {
                     Ok(AgentMessage::Inventory(inventory)) => hosts::record_inventory(services, host, &inventory).await,
                     Ok(AgentMessage::Heartbeat { rentals: running, .. }) => {
                         let mut beat = hosts::record_heartbeat(services, host).await;
@@ -246,12 +279,15 @@ async fn serve_connected(
                     break;
                 }
                 if let Err(err) = result {
-                    let reason = match &err {
+                    // The agent's one message is refused; the connection (and its rentals) go on.
+                    let message = match &err {
                         AppError::Validation { fields, message } => fields.values().next().cloned().unwrap_or_else(|| message.clone()),
                         other => other.to_string(),
                     };
-                    refuse(tx, reason).await;
-                    break;
+                    tracing::info!(host.id = host.id, %message, "agent message not accepted");
+                    if !send(tx, &ServerMessage::Error { message }).await {
+                        break;
+                    }
                 }
             }
             _ = recheck.tick() => {
@@ -261,5 +297,105 @@ async fn serve_connected(
                 }
             }
         }
+    }
+}
+
+/// Messages the server only passes on in memory (an SSH channel's control, a log chunk).
+fn is_relayed(message: &AgentMessage) -> bool {
+    matches!(
+        message,
+        AgentMessage::Logs { .. }
+            | AgentMessage::ChannelOpened { .. }
+            | AgentMessage::ChannelRefused { .. }
+            | AgentMessage::ChannelWindow { .. }
+            | AgentMessage::ChannelEof { .. }
+            | AgentMessage::ChannelExit { .. }
+            | AgentMessage::ChannelClosed { .. }
+    )
+}
+
+/// Where a message carries a string longer than [`MAX_STRING_CHARS`], if it does. Telemetry
+/// (the bulk, with only GPU UUIDs for strings) is checked field by field; other messages are
+/// few, so their JSON is walked whole, which covers fields added later too. A log chunk's
+/// bytes are bounded by the message size alone.
+fn too_long_string(message: &AgentMessage, text: &str) -> Option<String> {
+    fn walk(value: &serde_json::Value, path: &str) -> Option<String> {
+        match value {
+            serde_json::Value::String(s) if s.chars().count() > MAX_STRING_CHARS => Some(path.to_owned()),
+            serde_json::Value::Array(items) => items.iter().find_map(|v| walk(v, path)),
+            serde_json::Value::Object(fields) => fields.iter().find_map(|(k, v)| walk(v, k)),
+            _ => None,
+        }
+    }
+    match message {
+        AgentMessage::Telemetry { frames, .. } => {
+            frames.iter().flat_map(|f| &f.gpus).any(|g| g.uuid.len() > MAX_STRING_CHARS).then(|| "uuid".to_owned())
+        }
+        AgentMessage::Logs { .. } => None,
+        _ => walk(&serde_json::from_str(text).ok()?, "message"),
+    }
+}
+
+/// Paces an agent's messages: `rate` a second on average, `burst` at once; past that the
+/// connection's reading waits (the agent's socket backs up), nothing is dropped or refused.
+struct TokenBucket {
+    rate: f64,
+    burst: f64,
+    tokens: f64,
+    at: tokio::time::Instant,
+}
+
+impl TokenBucket {
+    fn new(rate: f64, burst: f64) -> Self {
+        TokenBucket { rate, burst, tokens: burst, at: tokio::time::Instant::now() }
+    }
+
+    async fn take(&mut self) {
+        let now = tokio::time::Instant::now();
+        self.tokens = (self.tokens + now.duration_since(self.at).as_secs_f64() * self.rate).min(self.burst);
+        self.at = now;
+        if self.tokens < 1.0 {
+            let wait = Duration::from_secs_f64((1.0 - self.tokens) / self.rate);
+            tokio::time::sleep(wait).await;
+            self.tokens = 1.0;
+            self.at = tokio::time::Instant::now();
+        }
+        self.tokens -= 1.0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_flood_is_paced_to_the_rate_after_the_burst() {
+        let mut bucket = TokenBucket::new(20.0, 200.0);
+        let start = tokio::time::Instant::now();
+        for _ in 0..200 {
+            bucket.take().await;
+        }
+        assert!(start.elapsed() < Duration::from_millis(1), "the burst passes at once");
+        for _ in 0..100 {
+            bucket.take().await;
+        }
+        let paced = start.elapsed();
+        assert!(paced >= Duration::from_millis(4950) && paced <= Duration::from_millis(5100), "{paced:?}");
+    }
+
+    #[test]
+    fn long_strings_are_found_wherever_they_are() {
+        let long = "x".repeat(MAX_STRING_CHARS + 1);
+        let status = AgentMessage::RentalStatus {
+            rental_id: 1,
+            status: cardpool_protocol::WorkloadStatus::Failed { reason: long.clone() },
+        };
+        let text = serde_json::to_string(&status).unwrap();
+        assert_eq!(too_long_string(&status, &text).as_deref(), Some("reason"));
+        let fine = AgentMessage::RentalStatus {
+            rental_id: 1,
+            status: cardpool_protocol::WorkloadStatus::Failed { reason: "x".repeat(MAX_STRING_CHARS) },
+        };
+        assert_eq!(too_long_string(&fine, &serde_json::to_string(&fine).unwrap()), None);
     }
 }

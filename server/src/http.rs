@@ -7,20 +7,17 @@ use crate::{
 };
 use axum::{
     Router,
-    extract::{ConnectInfo, Request, State},
+    extract::{Request, State},
     http::{HeaderMap, HeaderValue, Method, StatusCode, header},
     middleware::{Next, from_fn_with_state},
     response::{IntoResponse, Response},
     routing::get,
 };
 use cardpool_app::{App, shell, ssr::AppState};
-use cardpool_service::{Services, auth::ClientIp, db, session_store::DbSessionStore};
+use cardpool_service::{Services, db, session_store::DbSessionStore};
 use leptos::prelude::*;
 use leptos_axum::{AxumRouteListing, LeptosRoutes, generate_route_list};
-use std::{
-    net::SocketAddr,
-    sync::{Arc, OnceLock},
-};
+use std::sync::{Arc, OnceLock};
 use tower_sessions::{Expiry, SessionManagerLayer, cookie::SameSite};
 
 /// Options of the HTTP layer that come from configuration.
@@ -28,7 +25,7 @@ use tower_sessions::{Expiry, SessionManagerLayer, cookie::SameSite};
 pub struct HttpOptions {
     pub https: bool,
     pub heartbeat_interval: std::time::Duration,
-    pub trust_forwarded_for: bool,
+    pub trusted_proxies: crate::limits::TrustedProxies,
     pub public_origin: Option<String>,
     pub metrics_token: Option<String>,
 }
@@ -38,7 +35,7 @@ impl HttpOptions {
         HttpOptions {
             https: config.served_over_https(),
             heartbeat_interval: std::time::Duration::from_secs(config.heartbeat_interval_secs.max(1)),
-            trust_forwarded_for: config.trust_forwarded_for,
+            trusted_proxies: config.trusted_proxies().unwrap_or_default(),
             public_origin: config.public_url.as_deref().map(|u| u.trim_end_matches('/').to_owned()),
             metrics_token: config.metrics_token.as_ref().map(|t| t.expose().to_owned()).filter(|t| !t.is_empty()),
         }
@@ -105,7 +102,8 @@ pub fn router(services: Services, leptos_options: LeptosOptions, options: HttpOp
         .layer(axum::Extension(metrics))
         .layer(sessions)
         .layer(from_fn_with_state(options.clone(), reject_cross_site))
-        .layer(from_fn_with_state(options.clone(), client_ip))
+        .layer(axum::middleware::from_fn(crate::limits::limit_body))
+        .layer(from_fn_with_state(options.trusted_proxies.clone(), crate::limits::client_ip))
         .layer(from_fn_with_state(options, security_headers))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state)
@@ -174,17 +172,6 @@ async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "database unreachable")
     }
-}
-
-/// Decides the client address once, for the sign-in throttle and logs.
-async fn client_ip(State(options): State<Arc<HttpOptions>>, mut req: Request, next: Next) -> Response {
-    let peer = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
-    let forwarded = options
-        .trust_forwarded_for
-        .then(|| req.headers().get("x-forwarded-for")?.to_str().ok()?.split(',').next()?.trim().parse().ok())
-        .flatten();
-    req.extensions_mut().insert(ClientIp(forwarded.or(peer)));
-    next.run(req).await
 }
 
 /// Refuses state-changing requests that a browser sent on behalf of another site.

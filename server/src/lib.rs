@@ -12,6 +12,7 @@ pub mod demo;
 pub mod edges;
 pub mod gateway;
 pub mod http;
+pub mod limits;
 pub mod local_stripe;
 pub mod metrics;
 pub mod ssh;

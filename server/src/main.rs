@@ -139,6 +139,7 @@ async fn serve(config_file: Option<&std::path::Path>, args: ServeArgs) -> anyhow
         config.site_root = site_root;
     }
     tracing::info!(?config, "starting");
+    config.trusted_proxies().map_err(|e| anyhow::anyhow!(e))?;
     let listener =
         tokio::net::TcpListener::bind(config.addr).await.with_context(|| format!("binding {}", config.addr))?;
     let local = listener.local_addr().unwrap_or(config.addr);

@@ -38,8 +38,19 @@ async fn insert_account(services: &Services, account: &NewAccount, admin: bool) 
     )
 }
 
-/// Creates a renter account and signs `session` in as it.
-pub async fn sign_up(services: &Services, session: &Session, request: &SignUpRequest) -> AppResult<Me> {
+/// Creates a renter account and signs `session` in as it; each client address may create a
+/// few accounts per hour.
+pub async fn sign_up(
+    services: &Services,
+    session: &Session,
+    request: &SignUpRequest,
+    client_ip: Option<IpAddr>,
+) -> AppResult<Me> {
+    request.validate()?;
+    services
+        .sign_in_limiter
+        .admit_sign_up(client_ip)
+        .map_err(|wait| AppError::RateLimited { retry_after_secs: wait.as_secs().max(1) })?;
     let me = create_account(services, request).await?;
     auth::start_session(session, me.id, 0).await?;
     Ok(me)
@@ -90,12 +101,12 @@ pub async fn check_credentials(
     let ok = services.passwords.verify(&request.password, user.as_ref().map(|u| u.password_hash.as_str())).await?;
     match user {
         Some(user) if ok => {
-            services.sign_in_limiter.record_success(&key);
+            services.sign_in_limiter.record_success(&key, client_ip);
             tracing::info!(user.id = user.id, "signed in");
             Ok((me(&user), user.session_epoch))
         }
         _ => {
-            services.sign_in_limiter.record_failure(&key);
+            services.sign_in_limiter.record_failure(&key, client_ip);
             tracing::info!("sign-in failed");
             Err(AppError::InvalidCredentials)
         }

@@ -1,5 +1,6 @@
 //! What the server keeps per connected agent, for as long as that connection lasts: the log
-//! reads waiting for it (`logs`), the SSH channels it carries (`tunnels`).
+//! reads waiting for it (`logs`), the SSH channels it carries (`tunnels`), and which connection
+//! is the host's live one ([`AgentConnections`]).
 //!
 //! The newest connection of a host wins: [`AgentLinks::connect`] replaces whatever an older
 //! one left, and the older one's [`Hooked`] guard, dropped when it finally closes, removes
@@ -13,6 +14,10 @@ use std::{
         atomic::{AtomicU64, Ordering},
     },
 };
+
+/// Each host's one live agent connection: a newer connection's arrival drops the older one's
+/// sender, and the older connection, waiting on the other end, ends.
+pub type AgentConnections = AgentLinks<tokio::sync::oneshot::Sender<()>>;
 
 struct Entry<L> {
     generation: u64,

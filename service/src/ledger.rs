@@ -21,7 +21,7 @@ use cardpool_domain::{money::format_dollars, payments::LedgerEntry};
 use chrono::{DateTime, Utc};
 use sea_orm::{
     ActiveValue::Set,
-    ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder,
+    ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect,
     sea_query::OnConflict,
     sea_query::{Expr, ExprTrait},
 };
@@ -256,6 +256,17 @@ async fn find_account(conn: &impl ConnectionTrait, code: &str) -> AppResult<Opti
         .map(|a| a.id))
 }
 
+/// Locks `book`'s account (created if new) until the caller's transaction ends, so a decision
+/// read from its balance (a payout of available earnings) cannot race another. SQLite's write
+/// transactions are serialized already; PostgreSQL takes the row lock.
+pub async fn lock(conn: &impl ConnectionTrait, book: Book) -> AppResult<()> {
+    let id = account_id(conn, book).await?;
+    if conn.get_database_backend() == sea_orm::DbBackend::Postgres {
+        ledger_accounts::Entity::find_by_id(id).lock_exclusive().one(conn).await.context("locking ledger account")?;
+    }
+    Ok(())
+}
+
 /// Current balance of `book` (zero for an account never used).
 pub async fn balance(conn: &impl ConnectionTrait, book: Book) -> AppResult<i64> {
     Ok(ledger_accounts::Entity::find()
@@ -419,6 +430,29 @@ pub async fn capture(
     description: String,
 ) -> AppResult<i64> {
     post(conn, provider_payment("capture", Book::Held(renter), provider, amount, fee_bps, reference, description)).await
+}
+
+/// Gives back `amount` the renter paid for time the host did not deliver (billed past an
+/// interrupted host's last heartbeat) into `to` (their wallet, or held funds for a
+/// reservation): the provider's share from their earnings, the fee from the platform's. What
+/// the provider no longer has (already paid out) the platform pays.
+pub async fn refund_usage(
+    conn: &impl ConnectionTrait,
+    to: Book,
+    provider: i64,
+    amount: i64,
+    fee_bps: u32,
+    reference: String,
+    description: String,
+) -> AppResult<i64> {
+    let (share, _) = split_fee(amount, fee_bps);
+    let earnings = balance(conn, Book::Earnings(provider)).await?;
+    let from_provider = std::cmp::Ord::clamp(earnings, 0, share);
+    let entry = Entry::new("usage_refund", reference, description)
+        .leg(to, amount)
+        .leg(Book::Earnings(provider), -from_provider)
+        .leg(Book::PlatformFees, from_provider - amount);
+    post(conn, entry).await
 }
 
 /// `amount` from `from` to the provider's earnings, the platform fee split off.

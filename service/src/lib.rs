@@ -110,6 +110,8 @@ pub struct Services {
     /// Reads of workload logs, relayed to the hosts' agents.
     pub logs: Arc<logs::LogRelay>,
     pub tunnels: Arc<tunnels::TunnelHub>,
+    /// Each host's one live agent connection (a newer one ends the older).
+    pub connections: Arc<agent_links::AgentConnections>,
 }
 
 impl Services {
@@ -127,6 +129,7 @@ impl Services {
             telemetry: Arc::default(),
             logs: Arc::default(),
             tunnels: Arc::default(),
+            connections: Arc::default(),
         })
     }
 }

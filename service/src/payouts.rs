@@ -192,6 +192,8 @@ pub async fn request_payout(
     };
 
     let txn = begin_write(&services.db).await.context("starting payout")?;
+    // Concurrent requests queue here, each seeing what the one before it booked.
+    ledger::lock(&txn, Book::Earnings(principal.user_id)).await?;
     let (_, available) = earnings_split(services, &txn, principal.user_id).await?;
     let amount = requested.unwrap_or(available - available % MICROS_PER_CENT);
     if amount < MIN_PAYOUT_MICROS.min(available.max(1)) || amount <= 0 {
@@ -232,10 +234,19 @@ pub async fn request_payout(
     Ok(payout_dto(&execute_payout(services, row).await?))
 }
 
-/// Makes (or retries) the Stripe transfer of a booked payout and records the result.
+/// Makes (or retries) the Stripe transfer of a booked payout and records the result. Only a
+/// refusal Stripe clearly gave gives the money back; an answer that never came or could not be
+/// read leaves the payout pending (the transfer may have been made), and a retry first asks
+/// Stripe for a transfer in the payout's group before making one with the same key.
 async fn execute_payout(services: &Services, row: payouts::Model) -> AppResult<payouts::Model> {
-    let result =
-        services.stripe.create_transfer(row.id, row.amount_micros / MICROS_PER_CENT, &row.stripe_account_id).await;
+    let existing = if row.attempts > 0 { services.stripe.find_transfer(row.id).await.map(Some) } else { Ok(None) };
+    let result = match existing {
+        Ok(Some(Some(transfer_id))) => Ok(transfer_id),
+        Ok(_) => {
+            services.stripe.create_transfer(row.id, row.amount_micros / MICROS_PER_CENT, &row.stripe_account_id).await
+        }
+        Err(err) => Err(err),
+    };
     let attempts = row.attempts + 1;
     let now = Utc::now();
     match result {
@@ -247,15 +258,7 @@ async fn execute_payout(services: &Services, row: payouts::Model) -> AppResult<p
             update.updated_at = Set(now);
             update.update(&services.db).await.context("recording transfer")
         }
-        Err(AppError::Unavailable(message)) => {
-            tracing::warn!(payout.id = row.id, "transfer not confirmed yet; will retry");
-            let mut update = row.into_active_model();
-            update.attempts = Set(attempts);
-            update.failure_message = Set(Some(message));
-            update.updated_at = Set(now);
-            update.update(&services.db).await.context("recording transfer attempt")
-        }
-        Err(err) => {
+        Err(err @ (AppError::Conflict(_) | AppError::PaymentRequired(_))) => {
             tracing::warn!(payout.id = row.id, error = %err, "transfer refused; reversing payout");
             let txn = begin_write(&services.db).await.context("starting payout reversal")?;
             let entry = Entry::new(
@@ -273,6 +276,18 @@ async fn execute_payout(services: &Services, row: payouts::Model) -> AppResult<p
             let row = update.update(&txn).await.context("recording refused payout")?;
             txn.commit().await.context("committing payout reversal")?;
             Ok(row)
+        }
+        Err(err) => {
+            tracing::warn!(payout.id = row.id, error = %err, "transfer not confirmed; it stays pending and is checked again");
+            let message = match err {
+                AppError::Unavailable(message) => message,
+                _ => "Stripe's answer could not be read; the transfer is being checked".to_owned(),
+            };
+            let mut update = row.into_active_model();
+            update.attempts = Set(attempts);
+            update.failure_message = Set(Some(message));
+            update.updated_at = Set(now);
+            update.update(&services.db).await.context("recording transfer attempt")
         }
     }
 }

@@ -1,8 +1,12 @@
-//! Sign-in throttling, per account and per client IP.
+//! Sign-in and sign-up throttling, by account *and* source, so that nothing a stranger does can
+//! lock someone else out.
 //!
-//! Per account we count *failed* attempts (a correct password resets the count), so a stranger
-//! cannot lock out an owner who knows their password for longer than the window. Per IP we
-//! count *every* attempt, which stops one address from spraying many accounts. Windows slide.
+//! Failed sign-ins are counted per (account, client address): an attacker guessing a victim's
+//! password from their own address runs out of tries there, while the owner, elsewhere, signs
+//! in as usual (a correct password clears that pair's count). Failures are also counted per
+//! address whichever account they name, which stops one address from spraying many accounts;
+//! successful sign-ins do not count, so an office or a CI runner behind one address is never
+//! refused for signing in often. Sign-ups are counted per address. Windows slide.
 //!
 //! The state is in memory: right for the one-binary deployment. With several replicas each
 //! keeps its own counts, so the effective limit is multiplied by the replica count.
@@ -24,10 +28,12 @@ pub struct Limit {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SignInLimits {
-    /// Failed attempts per account.
+    /// Failed sign-ins per account from one client address.
     pub per_account: Limit,
-    /// Attempts of any outcome per client IP.
+    /// Failed sign-ins per client address, whichever accounts they name (and SSH logins).
     pub per_ip: Limit,
+    /// Accounts created per client address.
+    pub sign_ups_per_ip: Limit,
 }
 
 impl Default for SignInLimits {
@@ -35,6 +41,7 @@ impl Default for SignInLimits {
         SignInLimits {
             per_account: Limit { max: 5, window: Duration::from_secs(15 * 60) },
             per_ip: Limit { max: 30, window: Duration::from_secs(5 * 60) },
+            sign_ups_per_ip: Limit { max: 10, window: Duration::from_secs(60 * 60) },
         }
     }
 }
@@ -78,8 +85,15 @@ impl<K: Eq + Hash + Clone> Windows<K> {
 
 /// The sign-in throttle shared by every adapter.
 pub struct SignInLimiter {
-    accounts: Mutex<Windows<String>>,
+    /// Failures per (account, source).
+    accounts: Mutex<Windows<(String, Option<IpAddr>)>>,
+    /// Failures (and SSH attempts) per source.
     ips: Mutex<Windows<IpAddr>>,
+    sign_ups: Mutex<Windows<IpAddr>>,
+}
+
+fn wait_of<K: Eq + Hash + Clone>(windows: &Mutex<Windows<K>>, key: &K, now: Instant) -> Option<Duration> {
+    windows.lock().unwrap_or_else(|e| e.into_inner()).retry_after(key, now)
 }
 
 impl SignInLimiter {
@@ -87,29 +101,25 @@ impl SignInLimiter {
         SignInLimiter {
             accounts: Mutex::new(Windows::new(limits.per_account)),
             ips: Mutex::new(Windows::new(limits.per_ip)),
+            sign_ups: Mutex::new(Windows::new(limits.sign_ups_per_ip)),
         }
     }
 
-    /// Admits an attempt for `account` from `ip`, or says how long to wait.
-    /// An admitted attempt counts against the IP immediately.
+    /// Admits a sign-in attempt for `account` from `ip`, or says how long to wait. Only its
+    /// failure counts ([`SignInLimiter::record_failure`]).
     pub fn admit(&self, account: &str, ip: Option<IpAddr>) -> Result<(), Duration> {
         let now = Instant::now();
-        let mut ips = self.ips.lock().unwrap_or_else(|e| e.into_inner());
-        let account_wait =
-            self.accounts.lock().unwrap_or_else(|e| e.into_inner()).retry_after(&account.to_owned(), now);
-        let ip_wait = ip.and_then(|ip| ips.retry_after(&ip, now));
-        if let Some(wait) = account_wait.into_iter().chain(ip_wait).max() {
-            return Err(wait);
+        let account_wait = wait_of(&self.accounts, &(account.to_owned(), ip), now);
+        let ip_wait = ip.and_then(|ip| wait_of(&self.ips, &ip, now));
+        match account_wait.into_iter().chain(ip_wait).max() {
+            Some(wait) => Err(wait),
+            None => Ok(()),
         }
-        if let Some(ip) = ip {
-            ips.record(ip, now);
-        }
-        Ok(())
     }
 
     /// Admits an attempt from `ip` that names no account (an SSH login, which names a
-    /// rental), counted against the IP's budget only: nothing a stranger does locks anyone
-    /// else out.
+    /// rental), counted against the address's budget only: nothing a stranger does locks
+    /// anyone else out.
     pub fn admit_source(&self, ip: IpAddr) -> Result<(), Duration> {
         let now = Instant::now();
         let mut ips = self.ips.lock().unwrap_or_else(|e| e.into_inner());
@@ -120,14 +130,32 @@ impl SignInLimiter {
         Ok(())
     }
 
-    /// Counts a failed attempt against the account.
-    pub fn record_failure(&self, account: &str) {
-        self.accounts.lock().unwrap_or_else(|e| e.into_inner()).record(account.to_owned(), Instant::now());
+    /// Admits and counts an account created from `ip`. This machine's own address is not
+    /// limited: behind a local proxy that is not configured as trusted, every client would
+    /// share it, and the site could take no more sign-ups.
+    pub fn admit_sign_up(&self, ip: Option<IpAddr>) -> Result<(), Duration> {
+        let Some(ip) = ip.filter(|ip| !ip.is_loopback()) else { return Ok(()) };
+        let now = Instant::now();
+        let mut sign_ups = self.sign_ups.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(wait) = sign_ups.retry_after(&ip, now) {
+            return Err(wait);
+        }
+        sign_ups.record(ip, now);
+        Ok(())
     }
 
-    /// A correct password clears the account's failures.
-    pub fn record_success(&self, account: &str) {
-        self.accounts.lock().unwrap_or_else(|e| e.into_inner()).clear(&account.to_owned());
+    /// Counts a failed attempt against the account from that source, and against the source.
+    pub fn record_failure(&self, account: &str, ip: Option<IpAddr>) {
+        let now = Instant::now();
+        self.accounts.lock().unwrap_or_else(|e| e.into_inner()).record((account.to_owned(), ip), now);
+        if let Some(ip) = ip {
+            self.ips.lock().unwrap_or_else(|e| e.into_inner()).record(ip, now);
+        }
+    }
+
+    /// A correct password clears the account's failures from that source.
+    pub fn record_success(&self, account: &str, ip: Option<IpAddr>) {
+        self.accounts.lock().unwrap_or_else(|e| e.into_inner()).clear(&(account.to_owned(), ip));
     }
 }
 
@@ -139,42 +167,67 @@ mod tests {
         SignInLimiter::new(SignInLimits {
             per_account: Limit { max: account_max, window: Duration::from_secs(60) },
             per_ip: Limit { max: ip_max, window: Duration::from_secs(60) },
+            sign_ups_per_ip: Limit { max: 2, window: Duration::from_secs(60) },
         })
     }
 
-    #[test]
-    fn account_locks_after_failures_and_success_resets() {
-        let l = limiter(2, 100);
-        for _ in 0..2 {
-            l.admit("a@x.io", None).unwrap();
-            l.record_failure("a@x.io");
-        }
-        let wait = l.admit("a@x.io", None).unwrap_err();
-        assert!(wait > Duration::from_secs(50) && wait <= Duration::from_secs(60));
-        assert!(l.admit("b@x.io", None).is_ok(), "other accounts are unaffected");
-        l.record_success("a@x.io");
-        assert!(l.admit("a@x.io", None).is_ok());
+    fn ip(s: &str) -> Option<IpAddr> {
+        Some(s.parse().unwrap())
     }
 
     #[test]
-    fn ip_counts_every_attempt_across_accounts() {
-        let l = limiter(100, 3);
-        let ip: IpAddr = "203.0.113.9".parse().unwrap();
-        for n in 0..3 {
-            l.admit(&format!("u{n}@x.io"), Some(ip)).unwrap();
+    fn an_attacker_locks_out_only_their_own_address() {
+        let l = limiter(2, 100);
+        let (attacker, owner) = (ip("203.0.113.9"), ip("198.51.100.4"));
+        for _ in 0..2 {
+            l.admit("a@x.io", attacker).unwrap();
+            l.record_failure("a@x.io", attacker);
         }
-        assert!(l.admit("u9@x.io", Some(ip)).is_err());
-        assert!(l.admit("u9@x.io", Some("203.0.113.10".parse().unwrap())).is_ok());
+        let wait = l.admit("a@x.io", attacker).unwrap_err();
+        assert!(wait > Duration::from_secs(50) && wait <= Duration::from_secs(60));
+        assert!(l.admit("a@x.io", owner).is_ok(), "the owner, elsewhere, is not locked out");
+        assert!(l.admit("b@x.io", attacker).is_ok(), "other accounts are unaffected");
+        l.record_success("a@x.io", attacker);
+        assert!(l.admit("a@x.io", attacker).is_ok());
+    }
+
+    #[test]
+    fn a_source_is_limited_by_its_failures_not_its_successes() {
+        let l = limiter(100, 3);
+        let office = ip("203.0.113.9");
+        for n in 0..50 {
+            l.admit(&format!("u{n}@x.io"), office).unwrap();
+            l.record_success(&format!("u{n}@x.io"), office);
+        }
+        for n in 0..3 {
+            l.admit(&format!("v{n}@x.io"), office).unwrap();
+            l.record_failure(&format!("v{n}@x.io"), office);
+        }
+        assert!(l.admit("u9@x.io", office).is_err(), "spraying accounts runs out");
+        assert!(l.admit("u9@x.io", ip("203.0.113.10")).is_ok());
     }
 
     #[test]
     fn ssh_logins_share_the_sources_budget_and_lock_out_no_account() {
         let l = limiter(1, 3);
-        let ip: IpAddr = "203.0.113.9".parse().unwrap();
-        l.admit("victim@x.io", Some(ip)).unwrap();
-        l.admit_source(ip).unwrap();
-        l.admit_source(ip).unwrap();
-        assert!(l.admit_source(ip).is_err(), "one budget per source, SSH and sign-in alike");
-        assert!(l.admit("victim@x.io", Some("203.0.113.10".parse().unwrap())).is_ok(), "the account is not locked");
+        let source = ip("203.0.113.9");
+        l.admit("victim@x.io", source).unwrap();
+        l.record_failure("victim@x.io", source);
+        l.admit_source(source.unwrap()).unwrap();
+        l.admit_source(source.unwrap()).unwrap();
+        assert!(l.admit_source(source.unwrap()).is_err(), "one budget per source, SSH and sign-in alike");
+        assert!(l.admit("victim@x.io", ip("203.0.113.10")).is_ok(), "the account is not locked");
+    }
+
+    #[test]
+    fn sign_ups_are_counted_per_source() {
+        let l = limiter(1, 1);
+        l.admit_sign_up(ip("203.0.113.9")).unwrap();
+        l.admit_sign_up(ip("203.0.113.9")).unwrap();
+        assert!(l.admit_sign_up(ip("203.0.113.9")).is_err());
+        assert!(l.admit_sign_up(ip("203.0.113.10")).is_ok());
+        for _ in 0..5 {
+            assert!(l.admit_sign_up(ip("127.0.0.1")).is_ok());
+        }
     }
 }

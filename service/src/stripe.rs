@@ -18,7 +18,7 @@ use stripe_checkout::checkout_session::{
 use stripe_connect::{
     account::{CreateAccount, CreateAccountType, RetrieveAccount},
     account_link::{CreateAccountLink, CreateAccountLinkType},
-    transfer::CreateTransfer,
+    transfer::{CreateTransfer, ListTransfer},
 };
 use stripe_types::Currency;
 
@@ -156,6 +156,13 @@ impl StripeGateway {
             .transfer_group(format!("payout-{payout_id}"))
             .metadata(HashMap::from([("payout_id".to_owned(), payout_id.to_string())]));
         Ok(self.post(&request, &format!("payout-{payout_id}")).await?.id.to_string())
+    }
+
+    /// The transfer made for payout `payout_id`, if Stripe has one (looked up by its transfer
+    /// group, which outlives the 24 hours Stripe keeps idempotency keys).
+    pub async fn find_transfer(&self, payout_id: i64) -> AppResult<Option<String>> {
+        let request = ListTransfer::new().transfer_group(format!("payout-{payout_id}")).limit(1);
+        Ok(self.get(&request).await?.data.into_iter().next().map(|t| t.id.to_string()))
     }
 
     async fn post<R>(&self, request: &R, key: &str) -> AppResult<R::Output>

@@ -85,6 +85,10 @@ pub struct InjectedFailure {
     /// How many requests in a row fail this way.
     #[serde(default = "one")]
     pub times: u32,
+    /// The request is carried out, but its answer arrives garbled (`status` with a body that
+    /// is not JSON, as from a proxy in between): the caller cannot know what happened.
+    #[serde(default)]
+    pub garbled: bool,
 }
 
 fn one() -> u32 {
@@ -177,7 +181,7 @@ impl LocalStripe {
             .route("/v1/accounts", post(objects::create_account))
             .route("/v1/accounts/{id}", get(objects::retrieve_account))
             .route("/v1/account_links", post(objects::create_account_link))
-            .route("/v1/transfers", post(objects::create_transfer))
+            .route("/v1/transfers", post(objects::create_transfer).get(objects::list_transfers))
             .route("/v1/{*rest}", get(objects::unknown_endpoint).post(objects::unknown_endpoint))
             .route("/checkout/{id}", get(pages::checkout_page))
             .route("/checkout/{id}/pay", post(pages::pay))
@@ -395,7 +399,10 @@ async fn api(
         status: 0,
     };
     let expected = format!("Bearer {}", stripe.shared.config.secret_key);
-    let response = if header("authorization").as_deref() != Some(expected.as_str()) {
+    let authorized = header("authorization").as_deref() == Some(expected.as_str());
+    let failure = if authorized { take_failure(stripe) } else { None };
+    let garble = failure.as_ref().filter(|f| f.garbled).map(|f| f.status);
+    let response = if !authorized {
         stripe_error(
             StatusCode::UNAUTHORIZED,
             "invalid_request_error",
@@ -403,7 +410,7 @@ async fn api(
             "Invalid API Key provided. This is the local test-mode Stripe.",
             None,
         )
-    } else if let Some(failure) = take_failure(stripe) {
+    } else if let Some(failure) = failure.filter(|f| !f.garbled) {
         stripe_error(
             StatusCode::from_u16(failure.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
             &failure.error_type,
@@ -447,6 +454,14 @@ async fn api(
                 Response::from_parts(parts, axum::body::Body::from(bytes))
             }
         }
+    };
+    let response = match garble {
+        Some(status) => {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+            (status, "<html><body>upstream connect error or disconnect/reset before headers</body></html>")
+                .into_response()
+        }
+        None => response,
     };
     record.status = response.status().as_u16();
     stripe.shared.store.lock().expect("lock").requests.push(record);

@@ -7,7 +7,7 @@ use crate::{LocalStripe, api, invalid, random_id, stripe_error};
 use axum::{
     Json,
     body::Bytes,
-    extract::{Path, State},
+    extract::{Path, RawQuery, State},
     http::{HeaderMap, StatusCode},
     response::{IntoResponse, Response},
 };
@@ -222,6 +222,33 @@ pub(crate) async fn unknown_endpoint(State(stripe): State<LocalStripe>, headers:
             "Unrecognized request URL. The local test-mode Stripe implements only what Cardpool uses.",
             None,
         )
+    })
+    .await
+}
+
+/// `GET /v1/transfers`: the transfers made, newest first, filtered by `transfer_group` and
+/// `destination` when given (how a caller finds out whether an unanswered transfer happened).
+pub(crate) async fn list_transfers(
+    State(stripe): State<LocalStripe>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let query = Bytes::from(query.unwrap_or_default());
+    api(&stripe, "GET", "/v1/transfers", &headers, &query, |stripe, form| {
+        let store = stripe.shared.store.lock().expect("lock");
+        let mut data: Vec<Value> = store
+            .transfers
+            .values()
+            .filter(|t| form.get("transfer_group").is_none_or(|g| t["transfer_group"] == json!(g)))
+            .filter(|t| form.get("destination").is_none_or(|d| t["destination"] == json!(d)))
+            .cloned()
+            .collect();
+        data.sort_by_key(|t| std::cmp::Reverse(t["created"].as_i64().unwrap_or(0)));
+        let limit = form.get("limit").and_then(|l| l.parse::<usize>().ok()).unwrap_or(10).clamp(1, 100);
+        let has_more = data.len() > limit;
+        data.truncate(limit);
+        (StatusCode::OK, Json(json!({"object": "list", "data": data, "has_more": has_more, "url": "/v1/transfers"})))
+            .into_response()
     })
     .await
 }

@@ -20,7 +20,7 @@ pub async fn get_me() -> Result<Option<Me>, AppError> {
 pub async fn sign_up(email: String, password: String) -> Result<Me, AppError> {
     crate::ssr::anyone(async |req| {
         use cardpool_domain::account::SignUpRequest;
-        accounts::sign_up(&req.services, &req.session, &SignUpRequest { email, password }).await
+        accounts::sign_up(&req.services, &req.session, &SignUpRequest { email, password }, req.client_ip.0).await
     })
     .await
 }

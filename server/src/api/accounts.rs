@@ -29,13 +29,16 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
 /// Creates an account and signs it in (sets the session cookie).
 #[utoipa::path(post, path = "/auth/sign-up", operation_id = "sign_up", tag = "accounts", security(()),
     request_body = SignUpRequest,
-    responses((status = 201, body = Me), (status = 422, description = "Invalid fields", body = ErrorBody)))]
+    responses((status = 201, body = Me), (status = 422, description = "Invalid fields", body = ErrorBody),
+        (status = 429, description = "Too many accounts from this address; see Retry-After", body = ErrorBody)))]
 pub async fn sign_up(
     State(state): State<AppState>,
     RequestSession(session): RequestSession,
+    client_ip: Option<Extension<ClientIp>>,
     ApiJson(request): ApiJson<SignUpRequest>,
 ) -> ApiResult<(StatusCode, Json<Me>)> {
-    Ok((StatusCode::CREATED, Json(accounts::sign_up(&state.services, &session, &request).await?)))
+    let ip = client_ip.map(|e| e.0.0).unwrap_or_default();
+    Ok((StatusCode::CREATED, Json(accounts::sign_up(&state.services, &session, &request, ip).await?)))
 }
 
 /// Signs in with email and password (sets a fresh session cookie).

@@ -71,6 +71,7 @@ backend_tests!(
     a_silent_agent_goes_offline_within_the_grace,
     a_revoked_host_is_disconnected_and_cannot_return,
     wrong_host_bad_protocol_and_bad_credentials_are_refused,
+    a_misbehaving_agent_is_answered_bounded_and_replaced,
 );
 
 async fn enroll_run_inventory_offline_and_reconnect(backend: Backend) {
@@ -152,15 +153,9 @@ async fn a_revoked_host_is_disconnected_and_cannot_return(backend: Backend) {
     assert!(ended.unwrap_err().contains("revoked"));
     assert_eq!(host(&app, &client, state.host_id).await["host"]["status"], "revoked");
     let source = SimulatedSource::new("1xL40S-48GB", "doomed", vec![]).unwrap();
-    let back = connection::run(
-        &state,
-        &source,
-        None,
-        agent_dir("doomed"),
-        WorkloadMode::Simulate,
-        Duration::from_secs(1),
-    )
-    .await;
+    let back =
+        connection::run(&state, &source, None, agent_dir("doomed"), WorkloadMode::Simulate, Duration::from_secs(1))
+            .await;
     assert!(back.unwrap_err().contains("rejected"));
 }
 
@@ -186,4 +181,66 @@ async fn wrong_host_bad_protocol_and_bad_credentials_are_refused(backend: Backen
         Err(tokio_tungstenite::tungstenite::Error::Http(response)) => assert_eq!(response.status(), 401),
         other => panic!("a forged credential connected: {:?}", other.map(|_| ())),
     }
+}
+
+/// The next message from the server that is not a command (attach, detach...).
+async fn next_reply(
+    socket: &mut tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
+) -> Option<ServerMessage> {
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), socket.next()).await.expect("an answer in time") {
+            Some(Ok(Message::Text(text))) => return Some(serde_json::from_str(&text).unwrap()),
+            Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return None,
+            Some(Ok(_)) => continue,
+        }
+    }
+}
+
+async fn a_misbehaving_agent_is_answered_bounded_and_replaced(backend: Backend) {
+    let app = TestApp::spawn_with_agents(backend).await;
+    let client = app.provider("provider@example.com").await;
+    let state = enrollment::enroll(&app.base, &app.enrollment_token(&client, "Lab 1").await, "odd").await.unwrap();
+    let mut socket = raw_connect(&app, &state.credential).await.unwrap();
+    assert!(matches!(say_hello(&mut socket, PROTOCOL_VERSION, state.host_id).await, ServerMessage::Welcome { .. }));
+    let text = |m: &AgentMessage| Message::Text(serde_json::to_string(m).unwrap().into());
+
+    // A malformed message, an over-long string, a report the service refuses: each is answered
+    // with an error, and the connection goes on (before, each ended it for good).
+    socket.send(Message::Text("{\"type\":\"no_such_thing\"}".into())).await.unwrap();
+    assert!(
+        matches!(next_reply(&mut socket).await, Some(ServerMessage::Error { message }) if message.contains("malformed"))
+    );
+    let long = AgentMessage::RentalStatus {
+        rental_id: 1,
+        status: cardpool_protocol::WorkloadStatus::Failed { reason: "x".repeat(5000) },
+    };
+    socket.send(text(&long)).await.unwrap();
+    match next_reply(&mut socket).await {
+        Some(ServerMessage::Error { message }) => assert!(message.contains("reason is longer than 4096"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+    let hello =
+        AgentMessage::Hello { protocol: PROTOCOL_VERSION, agent_version: "test".into(), host_id: state.host_id };
+    socket.send(text(&hello)).await.unwrap();
+    assert!(
+        matches!(next_reply(&mut socket).await, Some(ServerMessage::Error { message }) if message.contains("already"))
+    );
+    wait_for(&app, &client, state.host_id, Duration::from_secs(5), "the host still online", |h| {
+        h["host"]["status"] == "online"
+    })
+    .await;
+
+    // A second connection with the credential takes over; the first is told why and closed.
+    let mut second = raw_connect(&app, &state.credential).await.unwrap();
+    assert!(matches!(say_hello(&mut second, PROTOCOL_VERSION, state.host_id).await, ServerMessage::Welcome { .. }));
+    match next_reply(&mut socket).await {
+        Some(ServerMessage::Refused { reason }) => assert!(reason.contains("took over"), "{reason}"),
+        other => panic!("the older connection lived on: {other:?}"),
+    }
+    assert!(next_reply(&mut socket).await.is_none(), "and is closed");
+
+    // A message over 1 MiB closes the connection without reaching the service.
+    let huge = format!("{{\"type\":\"heartbeat\",\"pad\":\"{}\"}}", "y".repeat(2 << 20));
+    let _ = second.send(Message::Text(huge.into())).await;
+    assert!(next_reply(&mut second).await.is_none(), "a 2 MiB message ends the connection");
 }

@@ -26,6 +26,7 @@ backend_tests!(
     bad_input_gets_field_errors_and_writes_nothing,
     bearer_tokens_authenticate_until_revoked,
     sign_in_is_rate_limited_with_retry_after,
+    request_bodies_are_bounded_per_route,
     cross_site_state_changes_are_refused,
     unauthenticated_and_forbidden,
     password_change_ends_other_sessions,
@@ -156,35 +157,124 @@ async fn bearer_tokens_authenticate_until_revoked(backend: Backend) {
     assert_eq!(bearer_password_change.status(), StatusCode::UNAUTHORIZED);
 }
 
+/// Behind a proxy we trust (127.0.0.1 here), clients are told apart by `X-Forwarded-For`.
+fn from(app: &TestApp, address: &str) -> Client {
+    let mut headers = header::HeaderMap::new();
+    headers.insert(header::ORIGIN, app.base.parse().unwrap());
+    // A spoofed left-most entry must change nothing: only the hop our proxy added counts.
+    headers.insert("x-forwarded-for", format!("10.66.66.66, {address}").parse().unwrap());
+    Client::builder().default_headers(headers).cookie_store(true).build().unwrap()
+}
+
 async fn sign_in_is_rate_limited_with_retry_after(backend: Backend) {
     let settings = Settings {
         sign_in_limits: SignInLimits {
             per_account: Limit { max: 3, window: Duration::from_secs(300) },
             per_ip: Limit { max: 5, window: Duration::from_secs(300) },
+            sign_ups_per_ip: Limit { max: 2, window: Duration::from_secs(3600) },
         },
         ..Settings::default()
     };
-    let app = TestApp::spawn_with(backend, settings).await;
-    let client = app.browser();
-    app.sign_up(&client, "lim@example.com").await;
+    let config = cardpool_server::Config { trusted_proxies: vec!["127.0.0.1".into()], ..Default::default() };
+    let app = TestApp::spawn_configured(backend, settings, config).await;
+    let (attacker, owner) = (from(&app, "203.0.113.66"), from(&app, "198.51.100.7"));
+    app.sign_up(&owner, "lim@example.com").await;
     for _ in 0..3 {
-        let res = app.sign_in(&client, "lim@example.com", "wrong password!").await;
+        let res = app.sign_in(&attacker, "lim@example.com", "wrong password!").await;
         assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
         assert_eq!(res.json::<Value>().await.unwrap()["message"], "email or password is incorrect");
     }
-    let res = app.sign_in(&client, "lim@example.com", PASSWORD).await;
+    let res = app.sign_in(&attacker, "lim@example.com", PASSWORD).await;
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
     let retry: u64 = res.headers()[header::RETRY_AFTER].to_str().unwrap().parse().unwrap();
     assert!(retry > 200 && retry <= 300, "Retry-After {retry}");
+    // The owner, from their own address, is not locked out by the attacker.
+    assert_eq!(app.sign_in(&owner, "lim@example.com", PASSWORD).await.status(), StatusCode::OK);
+    // Nor can the attacker pass as the owner by writing the owner's address first.
+    let posing = from(&app, "198.51.100.7, 203.0.113.66");
+    assert_eq!(app.sign_in(&posing, "lim@example.com", PASSWORD).await.status(), StatusCode::TOO_MANY_REQUESTS);
 
-    // Per IP: every attempt counts, whichever account it names.
+    // Per address, failures count whichever account they name; good sign-ins never do (an
+    // office behind one address signs in as often as it likes).
+    let office = from(&app, "192.0.2.10");
+    for _ in 0..10 {
+        assert_eq!(app.sign_in(&office, "lim@example.com", PASSWORD).await.status(), StatusCode::OK);
+    }
     for n in 0..2 {
         assert_eq!(
-            app.sign_in(&client, &format!("other{n}@example.com"), PASSWORD).await.status(),
+            app.sign_in(&attacker, &format!("other{n}@example.com"), PASSWORD).await.status(),
             StatusCode::UNAUTHORIZED
         );
     }
-    assert_eq!(app.sign_in(&client, "fresh@example.com", PASSWORD).await.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(app.sign_in(&attacker, "fresh@example.com", PASSWORD).await.status(), StatusCode::TOO_MANY_REQUESTS);
+
+    // Sign-ups: a few per address per hour, then 429; another address is unaffected.
+    for n in 0..2 {
+        app.sign_up(&from(&app, "192.0.2.77"), &format!("new{n}@example.com")).await;
+    }
+    let res = from(&app, "192.0.2.77")
+        .post(app.url("/api/v1/auth/sign-up"))
+        .json(&json!({"email": "new9@example.com", "password": PASSWORD}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(res.headers().contains_key(header::RETRY_AFTER));
+    app.sign_up(&from(&app, "192.0.2.78"), "new9@example.com").await;
+}
+
+/// Sends `head` then `body` in HTTP/1.1 chunks on a raw socket; returns the status line.
+async fn post_chunked(app: &TestApp, path: &str, body: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut socket = tokio::net::TcpStream::connect(app.base.trim_start_matches("http://")).await.unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
+        app.base.trim_start_matches("http://")
+    );
+    socket.write_all(head.as_bytes()).await.unwrap();
+    for chunk in body.chunks(8192) {
+        let framed = [format!("{:x}\r\n", chunk.len()).as_bytes(), chunk, b"\r\n"].concat();
+        if socket.write_all(&framed).await.is_err() {
+            break; // answered and closed early
+        }
+    }
+    let _ = socket.write_all(b"0\r\n\r\n").await;
+    let mut answer = vec![0; 1024];
+    let n = socket.read(&mut answer).await.unwrap();
+    String::from_utf8_lossy(&answer[..n]).lines().next().unwrap_or_default().to_owned()
+}
+
+async fn request_bodies_are_bounded_per_route(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let client = Client::new();
+    // A body larger than the route takes is a clear 413, for the API and server functions alike
+    // (a server function used to answer such a body with a 500).
+    let big = "x".repeat(200 * 1024);
+    for path in ["/api/v1/auth/sign-in", "/rpc/sign_in", "/api/v1/auth/sign-up"] {
+        let res = client
+            .post(app.url(path))
+            .header("content-type", "application/json")
+            .body(big.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::PAYLOAD_TOO_LARGE, "{path}");
+        let body: Value = res.json().await.unwrap();
+        assert_eq!(body["error"], "too_large", "{path}: {body}");
+        assert!(body["message"].as_str().unwrap().contains("64 KiB"), "{body}");
+    }
+    // Streamed without a length: cut off at the limit all the same.
+    assert!(post_chunked(&app, "/api/v1/auth/sign-in", big.as_bytes()).await.contains("413"));
+    // Within the limit, streamed: handled as usual.
+    let small = br#"{"email":"nobody@example.com","password":"wrong password!"}"#;
+    assert!(post_chunked(&app, "/api/v1/auth/sign-in", small).await.contains("401"));
+    // Stripe's webhook takes more (an event object), pages and files almost nothing.
+    let event = "y".repeat(300 * 1024);
+    let res = client.post(app.url("/stripe/webhook")).body(event).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST, "read, then refused for its missing signature");
+    let res = client.post(app.url("/offers")).body("z".repeat(4096)).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(app.user_count().await, 0, "nothing was created");
 }
 
 async fn cross_site_state_changes_are_refused(backend: Backend) {

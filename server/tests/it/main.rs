@@ -8,6 +8,7 @@ mod common;
 mod http;
 mod logs;
 mod payments;
+mod payouts;
 mod rentals;
 mod ssh;
 mod survival;

@@ -1,6 +1,6 @@
 //! Money end to end over HTTP, on SQLite and PostgreSQL, against the local test-mode Stripe:
 //! top-ups credited only by signed webhooks, webhook chaos, the Stripe adapter's contract
-//! (parameters, idempotency keys, error mapping, retries), Connect payouts, admin credits.
+//! (parameters, idempotency keys, error mapping, retries), admin credits (payouts: `payouts.rs`).
 
 use crate::common::TestApp;
 use cardpool_server::Config;
@@ -21,8 +21,6 @@ backend_tests!(
     webhook_refuses_bad_deliveries_and_writes_nothing,
     stripe_requests_carry_our_parameters_and_keys,
     stripe_errors_map_to_clear_errors_and_retries,
-    provider_onboards_and_is_paid_out,
-    payouts_survive_stripe_outages_and_refusals,
     admins_credit_and_refund_with_a_reason,
     money_pages_are_private,
 );
@@ -31,7 +29,7 @@ fn no_redirects() -> Client {
     Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap()
 }
 
-async fn renter(app: &TestApp, email: &str) -> Client {
+pub(crate) async fn renter(app: &TestApp, email: &str) -> Client {
     let client = app.browser();
     app.sign_up(&client, email).await;
     client
@@ -54,7 +52,7 @@ fn session_id(checkout_url: &str) -> String {
     checkout_url.rsplit('/').next().unwrap().to_owned()
 }
 
-async fn assert_ledger_sound(app: &TestApp) {
+pub(crate) async fn assert_ledger_sound(app: &TestApp) {
     let check = ledger::verify(&app.services.db).await.unwrap();
     assert!(check.is_sound(), "ledger unsound: {check:?}");
 }
@@ -238,7 +236,7 @@ async fn webhook_refuses_bad_deliveries_and_writes_nothing(backend: Backend) {
     assert_eq!(wallet(&app, &client).await["balance_micros"], 10_000_000);
 }
 
-fn param<'a>(request: &'a cardpool_stripe_local::RecordedRequest, key: &str) -> Option<&'a str> {
+pub(crate) fn param<'a>(request: &'a cardpool_stripe_local::RecordedRequest, key: &str) -> Option<&'a str> {
     request.params.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
 }
 
@@ -270,13 +268,14 @@ async fn stripe_requests_carry_our_parameters_and_keys(backend: Backend) {
     assert_eq!(app.stripe.requests().len(), before);
 }
 
-fn failure(status: u16, error_type: &str, code: Option<&str>, message: &str, times: u32) -> InjectedFailure {
+pub(crate) fn failure(status: u16, error_type: &str, code: Option<&str>, message: &str, times: u32) -> InjectedFailure {
     InjectedFailure {
         status,
         error_type: error_type.into(),
         code: code.map(str::to_owned),
         message: message.into(),
         times,
+        garbled: false,
     }
 }
 
@@ -312,131 +311,6 @@ async fn stripe_errors_map_to_clear_errors_and_retries(backend: Backend) {
     let statuses: Vec<String> = top_up_statuses(&app).await.into_iter().map(|(_, s)| s).collect();
     assert_eq!(statuses, vec!["failed", "open", "failed"]);
     assert_eq!(wallet(&app, &client).await["balance_micros"], 0);
-}
-
-/// Signs up a provider with `earned` micro-dollars of available earnings from a real usage
-/// charge (renter credited by an admin first).
-async fn provider_with_earnings(app: &TestApp, earned: i64) -> (Client, i64) {
-    let provider = renter(app, "gpu-owner@example.com").await;
-    let res = provider.post(app.url("/api/v1/me/provider")).send().await.unwrap();
-    assert_eq!(res.status(), StatusCode::OK);
-    renter(app, "customer@example.com").await;
-    let services = &app.services;
-    let provider_id =
-        cardpool_service::accounts::principal_for_email(services, "gpu-owner@example.com").await.unwrap().user_id;
-    let renter_id =
-        cardpool_service::accounts::principal_for_email(services, "customer@example.com").await.unwrap().user_id;
-    let txn = cardpool_service::db::begin_write(&services.db).await.unwrap();
-    ledger::post(
-        &txn,
-        ledger::Entry::new("credit", "test:seed", "seed").transfer(
-            Book::PromotionalCredit,
-            Book::Wallet(renter_id),
-            1_000_000_000,
-        ),
-    )
-    .await
-    .unwrap();
-    ledger::charge_usage(&txn, renter_id, provider_id, earned, 1000, "test:usage".into(), "usage".into())
-        .await
-        .unwrap();
-    txn.commit().await.unwrap();
-    (provider, provider_id)
-}
-
-async fn onboard(app: &TestApp, provider: &Client) {
-    let res = provider.post(app.url("/api/v1/earnings/onboarding-link")).send().await.unwrap();
-    assert_eq!(res.status(), StatusCode::CREATED);
-    let link = res.json::<Value>().await.unwrap()["url"].as_str().unwrap().to_owned();
-    assert!(link.starts_with(&app.stripe_url));
-    let earnings: Value = app.get_json(provider, "/api/v1/earnings").await;
-    assert_eq!(earnings["connect"], "onboarding");
-    let res = no_redirects().post(&link).send().await.unwrap();
-    assert_eq!(res.status(), StatusCode::SEE_OTHER);
-    assert_eq!(res.headers()["location"], app.url("/provider/earnings?onboarding=return").as_str());
-}
-
-fn zero_hold() -> Settings {
-    let mut settings = Settings::default();
-    settings.payments.earnings_hold_hours = 0;
-    settings
-}
-
-async fn provider_onboards_and_is_paid_out(backend: Backend) {
-    let app = TestApp::spawn_with(backend, zero_hold()).await;
-    let (provider, _) = provider_with_earnings(&app, 100_000_000).await; // $100 usage → $90 earned
-    let earnings: Value = app.get_json(&provider, "/api/v1/earnings").await;
-    assert_eq!(earnings["available_micros"], 90_000_000);
-    assert_eq!(earnings["connect"], "not_started");
-
-    // Payout before onboarding is refused.
-    let res = provider.post(app.url("/api/v1/payouts")).json(&json!({})).send().await.unwrap();
-    assert_eq!(res.status(), StatusCode::CONFLICT);
-
-    onboard(&app, &provider).await;
-    let earnings: Value = app.get_json(&provider, "/api/v1/earnings").await;
-    assert_eq!(earnings["connect"], "ready");
-    let account = earnings["stripe_account_id"].as_str().unwrap().to_owned();
-
-    // More than available is refused, with the figure.
-    let res = provider.post(app.url("/api/v1/payouts")).json(&json!({"amount": "90.01"})).send().await.unwrap();
-    assert_eq!(res.status(), StatusCode::PAYMENT_REQUIRED);
-
-    let res = provider.post(app.url("/api/v1/payouts")).json(&json!({"amount": "30"})).send().await.unwrap();
-    assert_eq!(res.status(), StatusCode::CREATED);
-    let payout: Value = res.json().await.unwrap();
-    assert_eq!(payout["status"], "paid");
-    assert!(payout["stripe_transfer_id"].as_str().unwrap().starts_with("tr_"));
-    let transfer = app.stripe.requests().into_iter().find(|r| r.path == "/v1/transfers").unwrap();
-    assert_eq!(transfer.idempotency_key, Some(format!("payout-{}", payout["id"])));
-    assert_eq!(param(&transfer, "amount"), Some("3000"));
-    assert_eq!(param(&transfer, "destination"), Some(account.as_str()));
-
-    // The rest, by default.
-    let res = provider.post(app.url("/api/v1/payouts")).json(&json!({})).send().await.unwrap();
-    assert_eq!(res.status(), StatusCode::CREATED);
-    let earnings: Value = app.get_json(&provider, "/api/v1/earnings").await;
-    assert_eq!(earnings["available_micros"], 0);
-    assert_eq!(earnings["paid_out_micros"], 90_000_000);
-    assert_eq!(earnings["payouts"].as_array().unwrap().len(), 2);
-    assert_ledger_sound(&app).await;
-}
-
-async fn payouts_survive_stripe_outages_and_refusals(backend: Backend) {
-    let app = TestApp::spawn_with(backend, zero_hold()).await;
-    let (provider, provider_id) = provider_with_earnings(&app, 50_000_000).await; // $45 earned
-    onboard(&app, &provider).await;
-
-    // Stripe unreachable: the payout is booked and stays pending, then the retry pays it once.
-    app.stripe.fail_next(failure(503, "api_error", None, "Stripe is down", 4));
-    let res = provider.post(app.url("/api/v1/payouts")).json(&json!({"amount": "20"})).send().await.unwrap();
-    assert_eq!(res.status(), StatusCode::CREATED);
-    let payout: Value = res.json().await.unwrap();
-    assert_eq!(payout["status"], "pending");
-    let settled =
-        cardpool_service::payouts::retry_pending_payouts(&app.services, std::time::Duration::ZERO).await.unwrap();
-    assert_eq!(settled, 1);
-    let transfers: Vec<_> =
-        app.stripe.requests().into_iter().filter(|r| r.path == "/v1/transfers" && r.status == 200).collect();
-    assert_eq!(transfers.len(), 1);
-    // Retrying again finds nothing to do.
-    assert_eq!(
-        cardpool_service::payouts::retry_pending_payouts(&app.services, std::time::Duration::ZERO).await.unwrap(),
-        0
-    );
-
-    // Stripe refuses: the payout fails and the money returns to available earnings.
-    app.stripe.fail_next(failure(400, "invalid_request_error", Some("balance_insufficient"), "Insufficient funds", 1));
-    let res = provider.post(app.url("/api/v1/payouts")).json(&json!({"amount": "10"})).send().await.unwrap();
-    assert_eq!(res.status(), StatusCode::CREATED);
-    let refused: Value = res.json().await.unwrap();
-    assert_eq!(refused["status"], "failed");
-    assert!(refused["failure_message"].as_str().unwrap().contains("Insufficient funds"));
-    let earnings: Value = app.get_json(&provider, "/api/v1/earnings").await;
-    assert_eq!(earnings["available_micros"], 25_000_000);
-    assert_eq!(earnings["paid_out_micros"], 20_000_000);
-    assert_eq!(ledger::balance(&app.services.db, Book::Earnings(provider_id)).await.unwrap(), 25_000_000);
-    assert_ledger_sound(&app).await;
 }
 
 async fn admins_credit_and_refund_with_a_reason(backend: Backend) {

@@ -39,6 +39,8 @@ pub struct Model {
     pub prepaid_micros: i64,
     /// Stop the rental when its GPUs sit idle (the renter opted in at booking).
     pub stop_when_idle: bool,
+    /// Reserved: when the workload exited inside the window (the GPUs stay held until its end).
+    pub workload_exited_at: Option<DateTimeUtc>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

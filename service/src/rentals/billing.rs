@@ -60,8 +60,15 @@ pub(super) async fn settle_in(
     let mut ran_dry = false;
     let mut end = now;
     if let Some(since) = rental.running_since {
-        end = rental.billing_ends_at.map_or(now, |e| e.min(now)).max(since);
-        let seconds = (end - since).num_seconds();
+        // Seconds only move back when the billing end did (an interrupted host's last
+        // heartbeat): a `now` read before this rental's lock was taken may be older than the
+        // settlement that went first, and is no reason to bill its seconds again.
+        let elapsed = (now.max(since) - since).num_seconds().max(rental.billed_seconds);
+        let seconds = match rental.billing_ends_at.map(|e| (e.max(since) - since).num_seconds()) {
+            Some(cap) => cap.min(elapsed),
+            None => elapsed,
+        };
+        end = since + chrono::Duration::seconds(seconds);
         let due = cost(rental.price_micros, gpus, seconds) - cost(rental.price_micros, gpus, rental.billed_seconds);
         if due > 0 {
             let reference = format!("rental-{}-s{seconds}", rental.id);
@@ -112,8 +119,26 @@ pub(super) async fn settle_in(
                 }
             }
         }
+        // Billed past a billing end that moved back (an interrupted host's last heartbeat):
+        // what was charged for seconds never delivered goes back to the renter.
+        let refunded = if seconds < rental.billed_seconds {
+            let over = rental.charged_micros - rental.charged_micros.min(cost(rental.price_micros, gpus, seconds));
+            if over > 0 {
+                let to = if reserved { Book::Held(rental.renter_id) } else { Book::Wallet(rental.renter_id) };
+                let reference = format!("rental-{}-refund-s{seconds}", rental.id);
+                let description = format!(
+                    "Rental #{}: refund of {} s billed after the host stopped answering",
+                    rental.id,
+                    rental.billed_seconds - seconds
+                );
+                ledger::refund_usage(txn, to, provider().await?, over, fee, reference, description).await?;
+            }
+            over
+        } else {
+            0
+        };
         update.billed_seconds = Set(seconds);
-        update.charged_micros = Set(rental.charged_micros + charged_now);
+        update.charged_micros = Set(rental.charged_micros + charged_now - refunded);
     }
     let mut rental = update.update(txn).await.context("recording billing")?;
     if ran_dry && matches!(state, RentalState::Running | RentalState::Provisioning | RentalState::Requested) {

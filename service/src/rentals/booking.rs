@@ -11,7 +11,7 @@
 use super::{
     allocation::{FreeGpu, choose_gpus},
     pricing::cost,
-    spot::{give_preemption_notice, reprice_spot},
+    spot::{check_bid, give_preemption_notice, reprice_spot},
     state::{STARTED_OR_WAITING, names, open_end, record},
     views::dto,
 };
@@ -213,12 +213,7 @@ async fn quote(
         RentalKind::Spot => {
             let bid =
                 request.bid_micros.ok_or_else(|| AppError::invalid_field("bid_micros", "a spot rental needs a bid"))?;
-            if bid < prices.spot_min_bid_micros {
-                return Err(AppError::invalid_field(
-                    "bid_micros",
-                    format!("the provider's minimum bid is ${}/GPU-h", format_dollars(prices.spot_min_bid_micros)),
-                ));
-            }
+            check_bid(&prices, bid)?;
             Some(bid)
         }
         _ => None,

@@ -4,7 +4,7 @@
 use super::{
     billing::settle_in,
     spot::reprice_spot,
-    state::{apply, load_for_update, owned_by},
+    state::{apply, load_for_update, owned_by, record},
     views::dto,
 };
 use crate::{
@@ -113,6 +113,12 @@ pub async fn record_workload_status(
     };
     let state = RentalState::parse(&rental.state).unwrap_or(RentalState::Failed);
     use RentalState as S;
+    if rental.kind == RentalKind::Reserved.as_str() && state == S::Running {
+        // The renter's window, not their workload, decides how long a reservation holds its GPUs.
+        if matches!(status, WorkloadStatus::Exited { .. }) {
+            return keep_reservation(txn, rental, status, now).await;
+        }
+    }
     let step: Option<(RentalState, String)> = match (status, state) {
         (WorkloadStatus::Provisioning, S::Requested) => {
             Some((S::Provisioning, "the agent is attaching the GPUs".into()))
@@ -159,6 +165,37 @@ pub async fn record_workload_status(
     Ok(())
 }
 
+/// A reserved workload exited inside its window: the rental stays running (billed as the
+/// window elapses), its GPUs stay held for the renter until the window ends, and the renter is
+/// told so. Told again (the agent repeats itself after a reconnect), nothing changes.
+async fn keep_reservation(
+    txn: DatabaseTransaction,
+    rental: rentals::Model,
+    status: &WorkloadStatus,
+    now: DateTime<Utc>,
+) -> AppResult<()> {
+    if rental.workload_exited_at.is_some() {
+        return Ok(());
+    }
+    let how = match status {
+        WorkloadStatus::Exited { code: Some(code) } => format!("exited with code {code}"),
+        _ => "was killed by a signal".to_owned(),
+    };
+    let until = rental.reserved_until.map_or_else(String::new, |t| format!(" at {} UTC", t.format("%Y-%m-%d %H:%M")));
+    let text = format!("Your workload {how}. The GPUs stay reserved for you until the window ends{until}.");
+    record(&txn, rental.id, RentalState::Running, &text, now).await?;
+    let id = rental.id;
+    let mut update = rental.into_active_model();
+    update.workload_exited_at = Set(Some(now));
+    update.notice = Set(Some(text));
+    update.notice_given_at = Set(Some(now));
+    update.updated_at = Set(now);
+    update.update(&txn).await.context("recording the reserved workload's exit")?;
+    txn.commit().await.context("committing workload report")?;
+    tracing::info!(rental.id = id, "reserved workload {how}; the window stays held");
+    Ok(())
+}
+
 /// How long a running rental may be missing from its agent's heartbeats before it counts as
 /// gone (a heartbeat may have been composed just before its workload started).
 const GONE_AFTER: chrono::Duration = chrono::Duration::seconds(10);
@@ -172,6 +209,8 @@ pub async fn reconcile_running(services: &Services, host_id: i64, running_on_age
         .filter(rentals::Column::HostId.eq(host_id))
         .filter(rentals::Column::State.eq(RentalState::Running.as_str()))
         .filter(rentals::Column::RunningSince.lt(now - GONE_AFTER))
+        // A reservation whose workload exited keeps its window; nothing runs for it on purpose.
+        .filter(rentals::Column::WorkloadExitedAt.is_null())
         .all(&services.db)
         .await
         .context("loading running rentals")?
@@ -182,7 +221,7 @@ pub async fn reconcile_running(services: &Services, host_id: i64, running_on_age
     for &rental_id in &missing {
         let txn = begin_write(&services.db).await.context("starting reconciliation")?;
         let rental = load_for_update(&txn, rental_id).await?;
-        if rental.state == RentalState::Running.as_str() {
+        if rental.state == RentalState::Running.as_str() && rental.workload_exited_at.is_none() {
             let reason = "the workload is no longer running on the host (did the host restart?)";
             let rental = apply(&txn, rental, RentalState::Failed, reason, now).await?;
             after_change(services, &txn, rental, now).await?;

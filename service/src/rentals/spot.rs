@@ -3,7 +3,7 @@
 
 use super::{
     billing::settle_in,
-    pricing::clearing_price,
+    pricing::{clearing_price, cost},
     state::{apply, load_for_update, owned_by, record},
     views::get_rental,
 };
@@ -12,6 +12,7 @@ use crate::{
     auth::Principal,
     db::{DbResultExt, begin_write},
     entities::{gpus, host_prices, rental_gpus, rentals, spot_prices},
+    ledger::{self, Book},
 };
 use cardpool_domain::{
     money::format_dollars,
@@ -20,8 +21,8 @@ use cardpool_domain::{
 };
 use chrono::{DateTime, Utc};
 use sea_orm::{
-    ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseTransaction, EntityTrait, IntoActiveModel, QueryFilter,
-    QueryOrder,
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, EntityTrait,
+    IntoActiveModel, QueryFilter, QueryOrder, QuerySelect,
 };
 use std::collections::HashSet;
 
@@ -79,19 +80,7 @@ pub(super) async fn reprice_spot(
         .map(|h| h.gpu_id)
         .collect();
     let free = gpus.iter().filter(|g| !held.contains(&g.id)).count();
-    let live = rentals::Entity::find()
-        .filter(rentals::Column::HostId.eq(host_id))
-        .filter(rentals::Column::GpuModel.eq(model))
-        .filter(rentals::Column::Kind.eq(RentalKind::Spot.as_str()))
-        .filter(
-            rentals::Column::State.is_in(
-                [RentalState::Requested, RentalState::Provisioning, RentalState::Running, RentalState::Preempting]
-                    .map(RentalState::as_str),
-            ),
-        )
-        .all(txn)
-        .await
-        .context("loading spot rentals")?;
+    let live = lock_spot_rentals(txn, host_id, model).await?;
     let bids: Vec<i64> = live
         .iter()
         .filter(|r| r.state != RentalState::Preempting.as_str())
@@ -127,6 +116,55 @@ pub(super) async fn reprice_spot(
     Ok(())
 }
 
+/// A spot bid must be at least the provider's minimum and at most their on-demand price: above
+/// it a spot rental would buy nothing spot is for, and an unbounded bid would make a rental no
+/// other bid can ever preempt.
+pub(super) fn check_bid(prices: &host_prices::Model, bid_micros: i64) -> AppResult<()> {
+    let (min, max) = (prices.spot_min_bid_micros, prices.on_demand_micros.max(prices.spot_min_bid_micros));
+    if bid_micros < min {
+        return Err(AppError::invalid_field(
+            "bid_micros",
+            format!("the provider's minimum bid is ${}/GPU-h", format_dollars(min)),
+        ));
+    }
+    if bid_micros > max {
+        return Err(AppError::invalid_field(
+            "bid_micros",
+            format!(
+                "bid at most the on-demand price, ${}/GPU-h (rent on-demand to never be preempted)",
+                format_dollars(max)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The live spot rentals of a host's GPUs of `model`, locked (PostgreSQL) in id order and read
+/// after the locks are taken. Repricing settles them, so it must see what the billing worker
+/// last committed (a stale row would bill an interval twice), and everything that reprices
+/// takes these locks in the same order, so two repricings of one host never wait crosswise.
+pub(super) async fn lock_spot_rentals(
+    txn: &DatabaseTransaction,
+    host_id: i64,
+    model: &str,
+) -> AppResult<Vec<rentals::Model>> {
+    let mut query = rentals::Entity::find()
+        .filter(rentals::Column::HostId.eq(host_id))
+        .filter(rentals::Column::GpuModel.eq(model))
+        .filter(rentals::Column::Kind.eq(RentalKind::Spot.as_str()))
+        .filter(
+            rentals::Column::State.is_in(
+                [RentalState::Requested, RentalState::Provisioning, RentalState::Running, RentalState::Preempting]
+                    .map(RentalState::as_str),
+            ),
+        )
+        .order_by_asc(rentals::Column::Id);
+    if txn.get_database_backend() == DbBackend::Postgres {
+        query = query.lock_exclusive();
+    }
+    query.all(txn).await.context("loading spot rentals")
+}
+
 /// Raises or lowers a live spot rental's bid. A bid below the provider's minimum is refused;
 /// the clearing price follows the new bids.
 pub async fn change_bid(
@@ -137,7 +175,17 @@ pub async fn change_bid(
 ) -> AppResult<Rental> {
     let now = Utc::now();
     let txn = begin_write(&services.db).await.context("starting bid change")?;
-    let rental = owned_by(load_for_update(&txn, rental_id).await?, principal)?;
+    let peek = owned_by(
+        rentals::Entity::find_by_id(rental_id)
+            .one(&txn)
+            .await
+            .context("loading rental")?
+            .ok_or_else(|| AppError::not_found("rental"))?,
+        principal,
+    )?;
+    // The host's spot rentals are repriced below: take their locks first, in their order.
+    lock_spot_rentals(&txn, peek.host_id, &peek.gpu_model).await?;
+    let rental = load_for_update(&txn, rental_id).await?;
     if rental.kind != RentalKind::Spot.as_str() {
         return Err(AppError::conflict("only spot rentals have a bid"));
     }
@@ -145,18 +193,28 @@ pub async fn change_bid(
     if !matches!(state, RentalState::Requested | RentalState::Provisioning | RentalState::Running) {
         return Err(AppError::conflict(format!("a {} rental's bid can no longer change", state.as_str())));
     }
-    let min = host_prices::Entity::find()
+    let prices = host_prices::Entity::find()
         .filter(host_prices::Column::HostId.eq(rental.host_id))
         .filter(host_prices::Column::GpuModel.eq(&rental.gpu_model))
         .one(&txn)
         .await
         .context("loading price")?
-        .map_or(0, |p| p.spot_min_bid_micros);
-    if bid_micros < min {
-        return Err(AppError::invalid_field(
-            "bid_micros",
-            format!("the provider's minimum bid is ${}/GPU-h", format_dollars(min)),
-        ));
+        .ok_or_else(|| AppError::conflict("the provider no longer prices these GPUs"))?;
+    check_bid(&prices, bid_micros)?;
+    // Raising a bid needs what booking at it would: an hour of it in the wallet.
+    if bid_micros > rental.bid_micros.unwrap_or(0) {
+        let hour = cost(bid_micros, i64::from(rental.gpu_count), 3600);
+        let balance = ledger::balance(&txn, Book::Wallet(rental.renter_id)).await?;
+        if balance < hour {
+            return Err(AppError::PaymentRequired(format!(
+                "an hour at ${}/GPU-h for {} GPUs costs ${}; your balance is ${} (short by ${})",
+                format_dollars(bid_micros),
+                rental.gpu_count,
+                format_dollars(hour),
+                format_dollars(balance),
+                format_dollars(hour - balance)
+            )));
+        }
     }
     let (host_id, model) = (rental.host_id, rental.gpu_model.clone());
     let mut update = rental.into_active_model();

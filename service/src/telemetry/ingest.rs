@@ -20,6 +20,8 @@ use std::{collections::BTreeMap, sync::atomic::Ordering};
 const MAX_FRAMES: usize = 1000;
 
 const MAX_GPUS: usize = 64;
+/// A GPU UUID is `GPU-` and 36 characters; MIG instances are a little longer.
+const MAX_UUID: usize = 96;
 
 /// A frame stands for the time since the previous one, at most this long (a gap is no usage).
 const MAX_FRAME_GAP_MS: i64 = 5_000;
@@ -88,13 +90,36 @@ fn check_batch(frames: &[TelemetryFrame]) -> AppResult<()> {
     if frames.windows(2).any(|w| w[1].sequence <= w[0].sequence) {
         return Err(AppError::invalid_field("frames", "sequence numbers must grow within a message"));
     }
-    if frames.iter().any(|f| f.gpus.len() > MAX_GPUS) {
-        return Err(AppError::invalid_field("frames", format!("at most {MAX_GPUS} GPUs per frame")));
+    if frames.iter().any(|f| f.gpus.len() > MAX_GPUS || f.gpus.iter().any(|g| g.uuid.len() > MAX_UUID)) {
+        return Err(AppError::invalid_field(
+            "frames",
+            format!("at most {MAX_GPUS} GPUs per frame, UUIDs of at most {MAX_UUID} characters"),
+        ));
     }
     if frames.iter().any(|f| i64::try_from(f.sequence).is_err() || f.at_ms <= 0) {
         return Err(AppError::invalid_field("frames", "a frame needs a sequence and a time"));
     }
     Ok(())
+}
+
+/// How far ahead of the server's clock a sample's time may be (clocks drift a little). A later
+/// one is taken as now, so an agent's clock cannot date rollups in the future or make an idle
+/// GPU look idle for hours at once. (Earlier times are real: an agent replays what it buffered
+/// while disconnected.)
+const CLOCK_AHEAD_MS: i64 = 5_000;
+
+fn within_clock(frames: &[TelemetryFrame], now_ms: i64) -> std::borrow::Cow<'_, [TelemetryFrame]> {
+    if frames.iter().all(|f| f.at_ms <= now_ms + CLOCK_AHEAD_MS) {
+        return std::borrow::Cow::Borrowed(frames);
+    }
+    let clamped = frames
+        .iter()
+        .map(|f| TelemetryFrame {
+            at_ms: if f.at_ms > now_ms + CLOCK_AHEAD_MS { now_ms } else { f.at_ms },
+            ..f.clone()
+        })
+        .collect();
+    std::borrow::Cow::Owned(clamped)
 }
 
 /// Stores the frames of `stream` the server has not seen, once, and says what to acknowledge.
@@ -111,6 +136,8 @@ pub async fn ingest(
     let ack = ServerMessage::TelemetryAck { stream, sequence: last.sequence };
     let stream_key = i64::try_from(stream).map_err(|_| AppError::invalid_field("stream", "out of range"))?;
     let now = Utc::now();
+    let frames = within_clock(frames, now.timestamp_millis());
+    let frames = frames.as_ref();
 
     let txn = begin_write(&services.db).await.context("starting telemetry ingest")?;
     let cursor = telemetry_cursors::Entity::find_by_id(host_id).one(&txn).await.context("loading telemetry cursor")?;

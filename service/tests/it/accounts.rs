@@ -98,6 +98,7 @@ async fn sign_in_is_rate_limited_per_account(backend: Backend) {
         sign_in_limits: SignInLimits {
             per_account: Limit { max: 3, window: Duration::from_secs(600) },
             per_ip: Limit { max: 100, window: Duration::from_secs(600) },
+            ..SignInLimits::default()
         },
         ..Settings::default()
     };

@@ -6,6 +6,7 @@
 mod accounts;
 mod hosts;
 mod ledger;
+mod money;
 mod offers;
 mod rentals;
 mod telemetry;

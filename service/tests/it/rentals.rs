@@ -27,14 +27,14 @@ const MODEL: &str = testing::TEST_GPU_MODEL;
 /// Services over a fresh database with one provider ("owner@example.com") and their listed,
 /// online host of `gpus` GPUs in two NVLink islands. Keep the `TestDb`: dropping it drops the
 /// database.
-async fn market(backend: Backend, gpus: usize) -> (TestDb, Services, Principal, i64) {
+pub(crate) async fn market(backend: Backend, gpus: usize) -> (TestDb, Services, Principal, i64) {
     let (db, services) = testing::services(backend, Settings::default()).await;
     let provider = testing::provider(&services, "owner@example.com").await;
     let host_id = testing::host(&services, &provider, "storm").gpus(gpus).islands(2).await;
     (db, services, provider, host_id)
 }
 
-fn request(host_id: i64, gpu_count: u32) -> BookOfferRequest {
+pub(crate) fn request(host_id: i64, gpu_count: u32) -> BookOfferRequest {
     BookOfferRequest {
         host_id,
         gpu_model: MODEL.into(),
@@ -48,12 +48,12 @@ fn request(host_id: i64, gpu_count: u32) -> BookOfferRequest {
     }
 }
 
-fn spot(host_id: i64, gpu_count: u32, bid: i64) -> BookOfferRequest {
+pub(crate) fn spot(host_id: i64, gpu_count: u32, bid: i64) -> BookOfferRequest {
     BookOfferRequest { kind: RentalKind::Spot, bid_micros: Some(bid), ..request(host_id, gpu_count) }
 }
 
 /// Pretends the workload has been running for `secs` seconds.
-async fn backdate(services: &Services, rental_id: i64, secs: i64) {
+pub(crate) async fn backdate(services: &Services, rental_id: i64, secs: i64) {
     let row = rentals_rows::Entity::find_by_id(rental_id).one(&services.db).await.unwrap().unwrap();
     let since = row.running_since.expect("running") - chrono::Duration::seconds(secs);
     let mut update = row.into_active_model();
@@ -61,15 +61,15 @@ async fn backdate(services: &Services, rental_id: i64, secs: i64) {
     update.update(&services.db).await.unwrap();
 }
 
-async fn wallet(services: &Services, who: &Principal) -> i64 {
+pub(crate) async fn wallet(services: &Services, who: &Principal) -> i64 {
     ledger::balance(&services.db, Book::Wallet(who.user_id)).await.unwrap()
 }
 
-async fn report(services: &Services, host_id: i64, rental_id: i64, status: WorkloadStatus) {
+pub(crate) async fn report(services: &Services, host_id: i64, rental_id: i64, status: WorkloadStatus) {
     rentals::record_workload_status(services, host_id, rental_id, &status).await.unwrap();
 }
 
-async fn state_of(services: &Services, who: &Principal, rental_id: i64) -> RentalDetail {
+pub(crate) async fn state_of(services: &Services, who: &Principal, rental_id: i64) -> RentalDetail {
     rentals::get_rental(services, who, rental_id).await.unwrap()
 }
 

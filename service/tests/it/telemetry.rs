@@ -19,7 +19,11 @@ use cardpool_service::{
 };
 use sea_orm::EntityTrait;
 
-const T0: i64 = 1_800_000_000_000; // a whole minute, ms
+/// A whole minute ten hours ago, ms (samples may not be dated in the future).
+fn t0() -> i64 {
+    static MINUTE: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    *MINUTE.get_or_init(|| (chrono::Utc::now().timestamp_millis() / 60_000 - 600) * 60_000)
+}
 
 fn frame(sequence: u64, at_ms: i64, gpus: u32, util: u32, power_mw: u32) -> TelemetryFrame {
     TelemetryFrame {
@@ -42,9 +46,9 @@ fn frame(sequence: u64, at_ms: i64, gpus: u32, util: u32, power_mw: u32) -> Tele
     }
 }
 
-/// Frames `from..=to`, one a second from T0.
+/// Frames `from..=to`, one a second from t0().
 fn frames(from: u64, to: u64, gpus: u32, util: u32, power_mw: u32) -> Vec<TelemetryFrame> {
-    (from..=to).map(|s| frame(s, T0 + (s as i64 - 1) * 1000, gpus, util, power_mw)).collect()
+    (from..=to).map(|s| frame(s, t0() + (s as i64 - 1) * 1000, gpus, util, power_mw)).collect()
 }
 
 async fn stored_samples(services: &Services, host_id: i64, gpu: i32) -> i64 {
@@ -84,7 +88,7 @@ async fn replays_duplicates_and_restarts_store_each_frame_once(backend: Backend)
     assert_eq!(stored_samples(&services, host, 1).await, 150);
     let rollups = gpu_rollups::Entity::find().all(&services.db).await.unwrap();
     let first_minute: Vec<_> =
-        rollups.iter().filter(|r| r.gpu_index == 0 && r.minute.timestamp_millis() == T0).collect();
+        rollups.iter().filter(|r| r.gpu_index == 0 && r.minute.timestamp_millis() == t0()).collect();
     assert_eq!(first_minute.len(), 1);
     assert_eq!(first_minute[0].samples, 60, "one minute holds 60 one-second frames");
     assert_eq!(first_minute[0].util_sum, 60 * 40);
@@ -92,7 +96,7 @@ async fn replays_duplicates_and_restarts_store_each_frame_once(backend: Backend)
 
     // The agent restarts: a new, larger stream starts over at 1; an older stream's late frame is ignored.
     let later: Vec<TelemetryFrame> =
-        (1..=10).map(|s| frame(s, T0 + 200_000 + (s as i64) * 1000, 2, 10, 50_000)).collect();
+        (1..=10).map(|s| frame(s, t0() + 200_000 + (s as i64) * 1000, 2, 10, 50_000)).collect();
     telemetry::ingest(&services, host, stream + 1, &later, 3).await.unwrap();
     telemetry::ingest(&services, host, stream, &frames(151, 151, 2, 40, 100_000), 0).await.unwrap();
     assert_eq!(stored_samples(&services, host, 0).await, 160);
@@ -104,17 +108,25 @@ async fn replays_duplicates_and_restarts_store_each_frame_once(backend: Backend)
     backwards.reverse();
     let err = telemetry::ingest(&services, host, stream + 1, &backwards, 0).await.unwrap_err();
     assert!(matches!(err, AppError::Validation { .. }), "{err:?}");
-    let too_wide = vec![frame(11, T0 + 300_000, 65, 10, 1)];
+    let too_wide = vec![frame(11, t0() + 300_000, 65, 10, 1)];
     assert!(telemetry::ingest(&services, host, stream + 1, &too_wide, 0).await.is_err());
     assert_eq!(stored_samples(&services, host, 0).await, 160);
     assert_eq!(telemetry::ingest(&services, host, stream + 1, &[], 0).await.unwrap(), None);
 
+    // A sample dated a day ahead of the server's clock counts as taken now.
+    let now = chrono::Utc::now();
+    let ahead = now.timestamp_millis() + 24 * 3600 * 1000;
+    telemetry::ingest(&services, host, stream + 1, &[frame(11, ahead, 2, 10, 1)], 0).await.unwrap();
+    let newest = gpu_rollups::Entity::find().all(&services.db).await.unwrap().into_iter().map(|r| r.minute).max();
+    assert!(newest.is_some_and(|m| m <= now + chrono::Duration::seconds(5)), "{newest:?} is in the future");
+    assert_eq!(stored_samples(&services, host, 0).await, 161);
+
     // Retention (30 days by default): a minute from 40 days ago goes, the rest stays.
     let old = chrono::Utc::now().timestamp_millis() - 40 * 24 * 3600 * 1000;
     telemetry::ingest(&services, host, stream + 2, &[frame(1, old, 2, 10, 1)], 0).await.unwrap();
-    assert_eq!(stored_samples(&services, host, 0).await, 161);
+    assert_eq!(stored_samples(&services, host, 0).await, 162);
     assert_eq!(telemetry::apply_retention(&services).await.unwrap(), 2, "one old minute of two GPUs");
-    assert_eq!(stored_samples(&services, host, 0).await, 160);
+    assert_eq!(stored_samples(&services, host, 0).await, 161);
 }
 
 async fn booked(services: &Services, renter: &Principal, host: i64, gpus: u32, stop_when_idle: bool) -> i64 {
