@@ -28,7 +28,6 @@ use cardpool_service::{
 };
 use sea_orm::{ActiveValue::Set, EntityTrait};
 use std::{
-    net::SocketAddr,
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -135,11 +134,7 @@ async fn main() {
         let config = Config { addr, ..Config::default() };
         let app =
             http::router(services.clone(), http::leptos_options(&config), http::HttpOptions::from_config(&config));
-        tokio::spawn(async move {
-            axum::serve(http::no_delay(listener), app.into_make_service_with_connect_info::<SocketAddr>())
-                .await
-                .expect("serve");
-        });
+        tokio::spawn(cardpool_server::serve::serve(listener, app, std::future::pending()));
         let base = format!("http://{addr}");
 
         // An admin with an API token watches the fleet.

@@ -109,25 +109,6 @@ pub fn router(services: Services, leptos_options: LeptosOptions, options: HttpOp
         .with_state(state)
 }
 
-/// The listener to serve the router on: every connection with `TCP_NODELAY`.
-///
-/// Pages are streamed in several writes; with Nagle's algorithm on, a write after the first
-/// waits for the browser's delayed ACK (40 ms on Linux), which capped a server-rendered page
-/// at ~25 responses per connection per second whatever the CPU.
-pub fn no_delay(listener: tokio::net::TcpListener) -> NoDelayListener {
-    use axum::serve::ListenerExt;
-    listener.tap_io(set_no_delay as fn(&mut tokio::net::TcpStream))
-}
-
-/// What [`no_delay`] returns (named, so `ConnectInfo<SocketAddr>` works on it).
-pub type NoDelayListener = axum::serve::TapIo<tokio::net::TcpListener, fn(&mut tokio::net::TcpStream)>;
-
-fn set_no_delay(tcp: &mut tokio::net::TcpStream) {
-    if let Err(err) = tcp.set_nodelay(true) {
-        tracing::debug!(error = %err, "could not set TCP_NODELAY");
-    }
-}
-
 /// The app's page routes, generated once per process.
 ///
 /// While Leptos generates a route list it sets a process-wide flag that parks, forever, every

@@ -15,6 +15,7 @@ pub mod http;
 pub mod limits;
 pub mod local_stripe;
 pub mod metrics;
+pub mod serve;
 pub mod ssh;
 pub mod workers;
 

@@ -31,6 +31,8 @@ pub const API_BODY_LIMIT: usize = 64 * 1024;
 pub const WEBHOOK_BODY_LIMIT: usize = 512 * 1024;
 /// Everything else (pages, files, the agent's upgrade, metrics) takes no body worth the name.
 pub const OTHER_BODY_LIMIT: usize = 1024;
+/// How much of a too-large streamed body is read and dropped before answering.
+const DRAIN_LIMIT: usize = 1024 * 1024;
 /// How long a body may take to arrive once its headers have.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -72,6 +74,15 @@ pub async fn limit_body(req: Request, next: Next) -> Response {
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|_| AppError::invalid_field("body", "the request body could not be read"))?;
             if buffer.len() + chunk.len() > limit {
+                // Read (and drop) a little more, so that a client still sending a body of
+                // modest size gets to read the answer instead of a reset connection.
+                let mut drained = 0;
+                while let Some(Ok(chunk)) = stream.next().await {
+                    drained += chunk.len();
+                    if drained > DRAIN_LIMIT {
+                        break;
+                    }
+                }
                 return Err(AppError::TooLarge(String::new()));
             }
             buffer.extend_from_slice(&chunk);

@@ -211,10 +211,7 @@ async fn serve(config_file: Option<&std::path::Path>, args: ServeArgs) -> anyhow
         eprintln!("Started {} simulated hosts for the demo providers.", demo::DEMO_HOSTS.len());
     }
     eprintln!("\nCardpool is running: open {url}\n");
-    axum::serve(http::no_delay(listener), app.into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .context("serving")?;
+    cardpool_server::serve::serve(listener, app, shutdown_signal()).await;
     tracing::info!("stopped");
     Ok(())
 }

@@ -9,26 +9,20 @@ use crate::{
     auth::{Credential, Principal},
     db::DbResultExt,
     entities::{api_tokens, users},
+    secrets::{digest, new_secret},
 };
-use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
 use cardpool_domain::account::{ApiToken, CreateApiTokenRequest, CreatedApiToken};
 use chrono::{Duration, Utc};
-use rand::RngCore;
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, EntityTrait, IntoActiveModel, PaginatorTrait, QueryFilter,
     QueryOrder,
 };
-use sha2::{Digest, Sha256};
 
 const TOKEN_PREFIX: &str = "cpt_";
 /// Characters of the secret kept in clear so people can tell their tokens apart.
 const SHOWN_PREFIX_LEN: usize = 12;
 /// Active tokens one account may hold.
 pub const MAX_ACTIVE_TOKENS: u64 = 50;
-
-fn digest(secret: &str) -> String {
-    hex::encode(Sha256::digest(secret.as_bytes()))
-}
 
 fn dto(row: &api_tokens::Model) -> ApiToken {
     ApiToken {
@@ -58,9 +52,7 @@ pub async fn create_api_token(
             "you already have {MAX_ACTIVE_TOKENS} active tokens; revoke one first"
         )));
     }
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    let secret = format!("{TOKEN_PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes));
+    let secret = new_secret(TOKEN_PREFIX);
     let row = api_tokens::ActiveModel {
         user_id: Set(principal.user_id),
         name: Set(name),

@@ -11,20 +11,18 @@ use crate::{
     auth::Principal,
     db::DbResultExt,
     entities::{enrollment_tokens, gpus, host_events, host_prices, hosts},
+    secrets::{digest, new_secret},
 };
-use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
 use cardpool_domain::host::{
     CreatedEnrollmentToken, EnrolledHost, GpuModelPrice, GpuView, HostDetail, HostEvent, HostStatus, HostSummary,
 };
 use cardpool_domain::telemetry::AlertKind;
 use cardpool_protocol::{HostFacts, Inventory};
 use chrono::{DateTime, Duration, Utc};
-use rand::RngCore;
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, IntoActiveModel, QueryFilter,
     QueryOrder, sea_query::Expr,
 };
-use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
 /// How long an enrollment token can be used.
@@ -33,16 +31,6 @@ const ENROLLMENT_PREFIX: &str = "cpe_";
 const HOST_CREDENTIAL_PREFIX: &str = "cph_";
 const MAX_LOCATION_LEN: usize = 64;
 const MAX_HOSTNAME_LEN: usize = 253;
-
-fn secret(prefix: &str) -> String {
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    format!("{prefix}{}", URL_SAFE_NO_PAD.encode(bytes))
-}
-
-fn digest(secret: &str) -> String {
-    hex::encode(Sha256::digest(secret.as_bytes()))
-}
 
 pub(crate) fn require_provider(principal: &Principal) -> AppResult<()> {
     if principal.roles.provider {
@@ -70,7 +58,7 @@ pub async fn create_enrollment_token(
 ) -> AppResult<CreatedEnrollmentToken> {
     require_provider(principal)?;
     let location = clean_label("location", location, MAX_LOCATION_LEN)?;
-    let token = secret(ENROLLMENT_PREFIX);
+    let token = new_secret(ENROLLMENT_PREFIX);
     let now = Utc::now();
     let expires_at = now + ENROLLMENT_TOKEN_TTL;
     enrollment_tokens::ActiveModel {
@@ -121,7 +109,7 @@ pub async fn enroll_host(services: &Services, token: &str, hostname: &str) -> Ap
     if claimed.rows_affected != 1 {
         return Err(AppError::Unauthorized);
     }
-    let credential = secret(HOST_CREDENTIAL_PREFIX);
+    let credential = new_secret(HOST_CREDENTIAL_PREFIX);
     let host = hosts::ActiveModel {
         provider_id: Set(row.provider_id),
         hostname: Set(hostname),

@@ -28,6 +28,7 @@ pub mod payments;
 pub mod payouts;
 pub mod rate_limit;
 pub mod rentals;
+pub mod secrets;
 pub mod session_store;
 pub mod signals;
 pub mod ssh_access;

@@ -2,12 +2,15 @@
 //!
 //! The published stores pin an older sqlx than sea-orm 2 uses, which would mean two pools and
 //! two drivers; this one shares the application's pool and works on SQLite and PostgreSQL.
+//!
+//! Rows are keyed by the SHA-256 of the session id, never the id itself, so a copy of the
+//! table signs nobody in. Only [`SessionStore::create`] inserts: saving a session updates its
+//! row if it still exists, so a request that was in flight while its session signed out (or
+//! rotated at sign-in) cannot bring the session back when it finishes.
 
 use crate::{db::Violation, entities::sessions};
 use chrono::{DateTime, Utc};
-use sea_orm::{
-    ActiveValue::Set, ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, sea_query::OnConflict,
-};
+use sea_orm::{ActiveValue::Set, ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter};
 use std::collections::HashMap;
 use tower_sessions::{
     ExpiredDeletion, SessionStore,
@@ -28,11 +31,16 @@ impl DbSessionStore {
     fn row(record: &Record) -> session_store::Result<sessions::ActiveModel> {
         let data = serde_json::to_string(&record.data).map_err(|e| session_store::Error::Encode(e.to_string()))?;
         Ok(sessions::ActiveModel {
-            id: Set(record.id.to_string()),
+            id: Set(key(&record.id)),
             data: Set(data),
             expires_at: Set(to_chrono(record.expiry_date)),
         })
     }
+}
+
+/// The row key of session `id`.
+fn key(id: &Id) -> String {
+    crate::secrets::digest(&id.to_string())
 }
 
 fn to_chrono(t: time::OffsetDateTime) -> DateTime<Utc> {
@@ -64,12 +72,10 @@ impl SessionStore for DbSessionStore {
     }
 
     async fn save(&self, record: &Record) -> session_store::Result<()> {
-        sessions::Entity::insert(Self::row(record)?)
-            .on_conflict(
-                OnConflict::column(sessions::Column::Id)
-                    .update_columns([sessions::Column::Data, sessions::Column::ExpiresAt])
-                    .to_owned(),
-            )
+        let row = Self::row(record)?;
+        sessions::Entity::update_many()
+            .set(row)
+            .filter(sessions::Column::Id.eq(key(&record.id)))
             .exec(&self.db)
             .await
             .map(|_| ())
@@ -77,7 +83,7 @@ impl SessionStore for DbSessionStore {
     }
 
     async fn load(&self, id: &Id) -> session_store::Result<Option<Record>> {
-        let row = sessions::Entity::find_by_id(id.to_string())
+        let row = sessions::Entity::find_by_id(key(id))
             .filter(sessions::Column::ExpiresAt.gt(Utc::now()))
             .one(&self.db)
             .await
@@ -89,7 +95,7 @@ impl SessionStore for DbSessionStore {
     }
 
     async fn delete(&self, id: &Id) -> session_store::Result<()> {
-        sessions::Entity::delete_by_id(id.to_string()).exec(&self.db).await.map(|_| ()).map_err(backend)
+        sessions::Entity::delete_by_id(key(id)).exec(&self.db).await.map(|_| ()).map_err(backend)
     }
 }
 

@@ -10,10 +10,7 @@ use cardpool_service::{
 use reqwest::{Client, StatusCode, header};
 use sea_orm::{EntityTrait, PaginatorTrait};
 use serde_json::{Value, json};
-use std::{
-    net::SocketAddr,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 pub const PASSWORD: &str = "correct horse battery";
 
@@ -79,11 +76,7 @@ impl TestApp {
         tokio::spawn(cardpool_server::ssh::serve(services.clone(), key, ssh_listener));
         let app =
             http::router(services.clone(), http::leptos_options(&config), http::HttpOptions::from_config(&config));
-        tokio::spawn(async move {
-            axum::serve(http::no_delay(listener), app.into_make_service_with_connect_info::<SocketAddr>())
-                .await
-                .unwrap();
-        });
+        tokio::spawn(cardpool_server::serve::serve(listener, app, std::future::pending()));
         TestApp { base, services, stripe: running.stripe, stripe_url: running.url, webhook_secret, ssh_port, _db: db }
     }
 

@@ -230,6 +230,20 @@ async fn session_store_round_trips_and_expires(backend: Backend) {
     record.data.insert("epoch".into(), serde_json::json!(3));
     store.save(&record).await.unwrap();
     assert_eq!(store.load(&record.id).await.unwrap().unwrap().data.len(), 2);
+    // What is stored is the id's digest: the table alone signs nobody in.
+    use cardpool_service::entities::sessions;
+    let rows = sessions::Entity::find().all(&services.db).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_ne!(rows[0].id, record.id.to_string());
+    assert_eq!(rows[0].id, cardpool_service::secrets::digest(&record.id.to_string()));
+
+    // A request still in flight when its session signed out saves what it loaded: the session
+    // stays signed out.
+    let in_flight = store.load(&record.id).await.unwrap().unwrap();
+    store.delete(&record.id).await.unwrap();
+    store.save(&in_flight).await.unwrap();
+    assert!(store.load(&record.id).await.unwrap().is_none(), "a signed-out session came back");
+    store.create(&mut record).await.unwrap();
 
     let mut stale = Record {
         id: Id::default(),
@@ -241,6 +255,5 @@ async fn session_store_round_trips_and_expires(backend: Backend) {
     store.delete_expired().await.unwrap();
     store.delete(&record.id).await.unwrap();
     assert!(store.load(&record.id).await.unwrap().is_none());
-    use cardpool_service::entities::sessions;
     assert_eq!(sessions::Entity::find().count(&services.db).await.unwrap(), 0);
 }
