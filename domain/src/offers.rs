@@ -61,6 +61,7 @@ impl OfferSort {
 /// plain HTML form's empty fields are fine).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::IntoParams, utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 #[serde(default)]
 pub struct OfferQuery {
     /// Exact GPU model, e.g. "NVIDIA H100 80GB HBM3".

@@ -19,7 +19,7 @@ mod m20261130_000009_offer_stock;
 mod m20261130_000010_telemetry;
 mod m20261201_000011_offer_stock_market;
 mod m20261201_000012_ssh_keys;
-mod m20261201_000013_reserved_workloads;
+mod m20261201_000013_hardening;
 mod m20261201_000014_hashed_sessions;
 
 pub struct Migrator;
@@ -40,7 +40,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000010_telemetry::Migration),
             Box::new(m20261201_000011_offer_stock_market::Migration),
             Box::new(m20261201_000012_ssh_keys::Migration),
-            Box::new(m20261201_000013_reserved_workloads::Migration),
+            Box::new(m20261201_000013_hardening::Migration),
             Box::new(m20261201_000014_hashed_sessions::Migration),
         ]
     }

@@ -89,6 +89,10 @@ pub struct Config {
     pub metrics_token: Option<Secret>,
     /// Days of one-minute GPU rollups kept.
     pub telemetry_retention_days: u32,
+    /// Live telemetry feeds one account may hold open at once.
+    pub live_feeds_per_account: usize,
+    /// Live telemetry feeds the server holds open at once.
+    pub live_feeds: usize,
     /// A rented GPU below this utilisation, percent, counts as idle.
     pub idle_gpu_util_pct: u32,
     /// Where the SSH gateway listens (`ssh -p PORT r42@host` reaches rental 42); port 0 picks
@@ -136,6 +140,8 @@ impl Default for Config {
             billing_interval_secs: 15,
             metrics_token: None,
             telemetry_retention_days: 30,
+            live_feeds_per_account: 16,
+            live_feeds: 5000,
             idle_gpu_util_pct: 5,
             idle_gpu_minutes: 30,
             ssh_addr: SocketAddr::from(([127, 0, 0, 1], 2222)),
@@ -211,6 +217,8 @@ impl Config {
                 idle_util_pct: self.idle_gpu_util_pct,
                 idle_minutes: self.idle_gpu_minutes.max(1),
                 retention_days: self.telemetry_retention_days.max(1),
+                feeds_per_account: self.live_feeds_per_account.max(1),
+                feeds: self.live_feeds.max(1),
             },
             // Set once the gateway is listening (see `crate::ssh::endpoint`).
             ssh: None,

@@ -28,6 +28,8 @@ const MAX_PER_PAGE: u32 = 100;
 const GIB: i64 = 1 << 30;
 /// Uptime is measured over this window (or since enrollment, if shorter).
 const UPTIME_WINDOW_DAYS: i64 = 7;
+/// Status transitions of one page's hosts read for their uptime, at most.
+const MAX_UPTIME_EVENTS: u64 = 20_000;
 
 #[derive(Debug, FromQueryResult)]
 struct Row {
@@ -253,12 +255,28 @@ async fn uptimes(conn: &impl ConnectionTrait, rows: &[Row]) -> AppResult<HashMap
     if ids.is_empty() {
         return Ok(out);
     }
-    let events = host_events::Entity::find()
-        .filter(host_events::Column::HostId.is_in(ids))
-        .order_by_asc(host_events::Column::Id)
+    // Only the window's events (the newest `MAX_UPTIME_EVENTS` of them for a page), and each
+    // host's last one before it, which says how the window began: a host that flapped for
+    // years costs a search no more than one that did not.
+    let mut events = host_events::Entity::find()
+        .filter(host_events::Column::HostId.is_in(ids.clone()))
+        .filter(host_events::Column::At.gte(window_start))
+        .order_by_desc(host_events::Column::Id)
+        .limit(MAX_UPTIME_EVENTS)
         .all(conn)
         .await
         .context("loading host events")?;
+    for id in ids {
+        let before = host_events::Entity::find()
+            .filter(host_events::Column::HostId.eq(id))
+            .filter(host_events::Column::At.lt(window_start))
+            .order_by_desc(host_events::Column::Id)
+            .one(conn)
+            .await
+            .context("loading host events")?;
+        events.extend(before);
+    }
+    events.sort_by_key(|e| (e.at, e.id));
     for row in rows {
         let transitions: Vec<(DateTime<Utc>, bool)> = events
             .iter()

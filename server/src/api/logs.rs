@@ -32,6 +32,7 @@ const AWAY: Duration = Duration::from_secs(3);
 const FOLLOW_TAIL: u32 = 64 << 10;
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct LogsQuery {
     /// Byte offset to read from (a previous piece's `end`); without it, the last `max_bytes`.
     offset: Option<u64>,

@@ -39,7 +39,9 @@ pub fn router() -> Router<AppState> {
         .merge(rentals::routes())
         .merge(telemetry::routes())
         .split_for_parts();
-    let document = ApiDoc::openapi().nest("/api/v1", paths).to_json().unwrap_or_default();
+    let mut document = ApiDoc::openapi().nest("/api/v1", paths);
+    document_common_errors(&mut document);
+    let document = document.to_json().unwrap_or_default();
     router
         .route("/openapi.json", get(|| async move { ([(header::CONTENT_TYPE, "application/json")], document) }))
         .fallback(|| async { ApiError(AppError::not_found("API route")) })
@@ -48,7 +50,7 @@ pub fn router() -> Router<AppState> {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Cardpool API", description = "The GPU marketplace's JSON API. Authenticate with a session cookie (browser) or `Authorization: Bearer <personal API token>`."),
-    components(schemas(ErrorBody)),
+    components(schemas(ErrorBody, cardpool_domain::offers::OfferSort)),
     modifiers(&SecuritySchemes),
     tags((name = "accounts", description = "Sign-up, sign-in and profile"), (name = "tokens", description = "Personal API tokens"), (name = "hosts", description = "Provider hosts and their agents"), (name = "offers", description = "Marketplace search"), (name = "payments", description = "Wallet, top-ups, earnings, payouts and admin credits"), (name = "rentals", description = "Booking and running rentals"), (name = "telemetry", description = "GPU telemetry, live feeds, fleet and alerts"))
 )]
@@ -71,5 +73,43 @@ impl Modify for SecuritySchemes {
         let none: [&str; 0] = [];
         openapi.security =
             Some(vec![SecurityRequirement::new("bearer", none), SecurityRequirement::new("session", none)]);
+    }
+}
+
+/// What any request may be answered besides what its operation documents: a malformed query
+/// (400), a cross-site state change (403), a body over the route's limit (413), a path or body
+/// that does not parse (422), a throttle (429) and our own failure (500), each an [`ErrorBody`].
+fn document_common_errors(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder, path::HttpMethod};
+    let error = |description: &str| {
+        ResponseBuilder::new()
+            .description(description)
+            .content("application/json", ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build())
+            .build()
+    };
+    for item in doc.paths.paths.values_mut() {
+        let methods = [
+            (HttpMethod::Get, item.get.as_mut()),
+            (HttpMethod::Post, item.post.as_mut()),
+            (HttpMethod::Put, item.put.as_mut()),
+            (HttpMethod::Patch, item.patch.as_mut()),
+            (HttpMethod::Delete, item.delete.as_mut()),
+        ];
+        for (method, operation) in methods {
+            let Some(operation) = operation else { continue };
+            let mut common = vec![
+                ("400", "The query string is malformed"),
+                ("413", "The request body is larger than this route takes"),
+                ("422", "A path parameter or the body does not parse or is invalid"),
+                ("429", "Too many requests; see Retry-After"),
+                ("500", "Something failed on our side"),
+            ];
+            if method != HttpMethod::Get {
+                common.push(("403", "Refused: a cross-site request, or not allowed"));
+            }
+            for (status, description) in common {
+                operation.responses.responses.entry(status.to_owned()).or_insert_with(|| error(description).into());
+            }
+        }
     }
 }

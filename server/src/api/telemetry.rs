@@ -37,6 +37,7 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
 const RECHECK: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ScopeQuery {
     /// `rental` or `host` (with `id`), `mine` (a provider's hosts) or `fleet` (admins).
     scope: String,
@@ -64,7 +65,9 @@ pub async fn get_telemetry(
 /// caller may see; `end` when that stops (the rental ended).
 #[utoipa::path(get, path = "/telemetry/live", operation_id = "live_telemetry", tag = "telemetry", params(ScopeQuery),
     responses((status = 200, description = "Server-Sent Events, each a LiveEvent as JSON", content_type = "text/event-stream"),
-        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, description = "The rental no longer holds GPUs", body = ErrorBody)))]
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "The rental no longer holds GPUs, or the account has its limit of live feeds open", body = ErrorBody),
+        (status = 503, description = "The server has its limit of live feeds open", body = ErrorBody)))]
 pub async fn live_telemetry(
     Caller(services, caller): Caller,
     RequestSession(session): RequestSession,
@@ -76,7 +79,9 @@ pub async fn live_telemetry(
             "this rental no longer holds GPUs; its history is in /api/v1/telemetry",
         )));
     }
-    Ok(Sse::new(feed(services, caller, session.id(), grant)).keep_alive(KeepAlive::default()))
+    let limits = &services.settings.telemetry;
+    let slot = services.telemetry.open_feed(caller.user_id, limits.feeds_per_account, limits.feeds)?;
+    Ok(Sse::new(feed(services, caller, session.id(), grant, slot)).keep_alive(KeepAlive::default()))
 }
 
 struct Feed {
@@ -87,6 +92,8 @@ struct Feed {
     rx: tokio::sync::broadcast::Receiver<std::sync::Arc<telemetry::Published>>,
     recheck: tokio::time::Interval,
     done: bool,
+    /// Counts this feed against its account's and the server's limits while it is open.
+    _slot: telemetry::FeedSlot,
 }
 
 fn feed(
@@ -94,11 +101,12 @@ fn feed(
     principal: Principal,
     session: Option<tower_sessions::session::Id>,
     grant: telemetry::Grant,
+    slot: telemetry::FeedSlot,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     let rx = services.telemetry.subscribe();
     let mut recheck = tokio::time::interval(RECHECK);
     recheck.reset();
-    let start = Feed { services, principal, session, grant, rx, recheck, done: false };
+    let start = Feed { services, principal, session, grant, rx, recheck, done: false, _slot: slot };
     futures_util::stream::unfold(start, |mut feed| async move {
         if feed.done {
             return None;

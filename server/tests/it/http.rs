@@ -495,6 +495,45 @@ async fn pages_health_and_headers(backend: Backend) {
     ] {
         assert!(ids.iter().any(|id| id == expected), "{expected} missing from {ids:?}");
     }
+    // Every `$ref` points at a schema the document defines (generated clients break otherwise).
+    fn refs(value: &Value, out: &mut Vec<String>) {
+        match value {
+            Value::Object(map) => {
+                if let Some(Value::String(target)) = map.get("$ref") {
+                    out.push(target.clone());
+                }
+                map.values().for_each(|v| refs(v, out));
+            }
+            Value::Array(items) => items.iter().for_each(|v| refs(v, out)),
+            _ => {}
+        }
+    }
+    let mut targets = Vec::new();
+    refs(&doc, &mut targets);
+    assert!(!targets.is_empty());
+    let missing: std::collections::BTreeSet<&String> = targets
+        .iter()
+        .filter(|t| {
+            let name = t.strip_prefix("#/components/schemas/").unwrap_or(t);
+            doc["components"]["schemas"].get(name).is_none()
+        })
+        .collect();
+    assert!(missing.is_empty(), "the document refers to schemas it does not define: {missing:?}");
+    // Parameters say where they go and whether they are needed.
+    let params = doc["paths"]["/api/v1/telemetry"]["get"]["parameters"].as_array().unwrap();
+    let scope = params.iter().find(|p| p["name"] == "scope").unwrap();
+    assert_eq!((&scope["in"], &scope["required"]), (&json!("query"), &json!(true)), "{scope}");
+    // Every operation documents the errors any request may meet.
+    for (path, ops) in doc["paths"].as_object().unwrap() {
+        for (method, op) in ops.as_object().unwrap() {
+            for status in ["400", "413", "422", "429", "500"] {
+                assert!(op["responses"].get(status).is_some(), "{method} {path} does not document {status}");
+            }
+            if method != "get" {
+                assert!(op["responses"].get("403").is_some(), "{method} {path} does not document 403 (cross-site)");
+            }
+        }
+    }
 }
 
 async fn server_functions_work_as_plain_form_posts(backend: Backend) {

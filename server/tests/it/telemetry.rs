@@ -81,7 +81,43 @@ async fn cursor(app: &TestApp, host: i64) -> Option<telemetry_cursors::Model> {
 backend_tests!(
     two_minutes_disconnected_then_every_frame_is_stored_once,
     the_live_feed_shows_a_renter_only_their_gpus_and_metrics_need_the_token,
+    live_feeds_are_capped_per_account_and_overall,
 );
+
+async fn live_feeds_are_capped_per_account_and_overall(backend: Backend) {
+    let mut settings = Settings::default();
+    settings.telemetry.feeds_per_account = 2;
+    settings.telemetry.feeds = 3;
+    let app = TestApp::spawn_with(backend, settings).await;
+    let (provider, state) = provider_with_host(&app, &app.base, "rig").await;
+    let url = app.url(&format!("/api/v1/telemetry/live?scope=host&id={}", state.host_id));
+    let open = |client: &Client| {
+        let (client, url) = (client.clone(), url.clone());
+        async move { client.get(url).send().await.unwrap() }
+    };
+    let first = open(&provider).await;
+    let second = open(&provider).await;
+    assert_eq!((first.status(), second.status()), (StatusCode::OK, StatusCode::OK));
+    let third = open(&provider).await;
+    assert_eq!(third.status(), StatusCode::CONFLICT);
+    let body: Value = third.json().await.unwrap();
+    assert!(body["message"].as_str().unwrap().contains("2 live feeds open"), "{body}");
+    // Closing one frees its slot (the server notices the client went when it next writes).
+    drop(first);
+    let again = eventually(Duration::from_secs(40), "the closed feed's slot freed", async || {
+        let again = open(&provider).await;
+        (again.status() == StatusCode::OK).then_some(again)
+    })
+    .await;
+    // Another provider gets one; the server's third slot is then the last.
+    let (other, other_state) = provider_with_host(&app, &app.base, "other").await;
+    let other_url = app.url(&format!("/api/v1/telemetry/live?scope=host&id={}", other_state.host_id));
+    let theirs = other.get(&other_url).send().await.unwrap();
+    assert_eq!(theirs.status(), StatusCode::OK);
+    let full = other.get(&other_url).send().await.unwrap();
+    assert_eq!(full.status(), StatusCode::SERVICE_UNAVAILABLE);
+    drop((second, again, theirs));
+}
 
 async fn two_minutes_disconnected_then_every_frame_is_stored_once(backend: Backend) {
     let config = Config { heartbeat_interval_secs: 1, host_offline_grace_secs: 2, ..Config::default() };

@@ -1,14 +1,15 @@
 //! Telemetry that lives in memory: the last few minutes of raw frames per host (first paints,
-//! `/metrics`), the broadcast channel live dashboards subscribe to, and ingest counters. Raw
+//! `/metrics`), the broadcast channel live dashboards subscribe to (and how many may be open,
+//! [`FeedSlot`]), and ingest counters. Raw
 //! frames are never stored; the database keeps one-minute rollups (see `ingest`).
 
-use crate::alerts::{self};
+use crate::{AppError, AppResult, alerts};
 use cardpool_domain::telemetry::{GpuReading, HostSample, LiveEvent};
 use cardpool_protocol::{GpuSample, TelemetryFrame};
 use std::{
     collections::{HashMap, VecDeque},
     sync::{
-        Arc, RwLock,
+        Arc, Mutex, RwLock,
         atomic::{AtomicU64, Ordering},
     },
 };
@@ -33,6 +34,26 @@ pub struct Hub {
     pub samples_stored: AtomicU64,
     pub frames_duplicate: AtomicU64,
     pub(crate) alerts: alerts::Memory,
+    /// Open live feeds per account (their sum is the server's).
+    feeds: Mutex<HashMap<i64, usize>>,
+}
+
+/// One open live feed, counted until it is dropped (the feed's stream ends or its client goes).
+pub struct FeedSlot {
+    hub: Arc<Hub>,
+    user_id: i64,
+}
+
+impl Drop for FeedSlot {
+    fn drop(&mut self) {
+        let mut feeds = self.hub.feeds.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(open) = feeds.get_mut(&self.user_id) {
+            *open -= 1;
+            if *open == 0 {
+                feeds.remove(&self.user_id);
+            }
+        }
+    }
 }
 
 impl Default for Hub {
@@ -45,11 +66,31 @@ impl Default for Hub {
             samples_stored: AtomicU64::new(0),
             frames_duplicate: AtomicU64::new(0),
             alerts: alerts::Memory::default(),
+            feeds: Mutex::default(),
         }
     }
 }
 
 impl Hub {
+    /// A slot for one more live feed of `user_id`, within `per_account` for them and `overall`
+    /// for the server; a clear error past either.
+    pub fn open_feed(self: &Arc<Self>, user_id: i64, per_account: usize, overall: usize) -> AppResult<FeedSlot> {
+        let mut feeds = self.feeds.lock().unwrap_or_else(|p| p.into_inner());
+        let mine = feeds.get(&user_id).copied().unwrap_or(0);
+        if mine >= per_account {
+            return Err(AppError::conflict(format!(
+                "you already have {per_account} live feeds open; close one (a tab or a dashboard) first"
+            )));
+        }
+        if feeds.values().sum::<usize>() >= overall {
+            return Err(AppError::Unavailable(
+                "the server is at its limit of live feeds; try again in a minute".into(),
+            ));
+        }
+        *feeds.entry(user_id).or_default() += 1;
+        Ok(FeedSlot { hub: self.clone(), user_id })
+    }
+
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Published>> {
         self.feed.subscribe()
     }

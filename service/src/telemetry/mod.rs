@@ -18,7 +18,7 @@ mod retention;
 mod views;
 
 pub use access::{Grant, Recheck, grant, recheck};
-pub use hub::{Hub, Published, reading};
+pub use hub::{FeedSlot, Hub, Published, reading};
 pub use ingest::ingest;
 pub use retention::apply_retention;
 pub use views::{MetricsSnapshot, fleet, metrics_snapshot, my_hosts, provider_energy, rental_energy, view};
@@ -35,10 +35,13 @@ pub struct TelemetrySettings {
     pub idle_minutes: u32,
     /// Days of one-minute rollups kept.
     pub retention_days: u32,
+    /// Live feeds one account may hold open at once, and the whole server.
+    pub feeds_per_account: usize,
+    pub feeds: usize,
 }
 
 impl Default for TelemetrySettings {
     fn default() -> Self {
-        TelemetrySettings { idle_util_pct: 5, idle_minutes: 30, retention_days: 30 }
+        TelemetrySettings { idle_util_pct: 5, idle_minutes: 30, retention_days: 30, feeds_per_account: 16, feeds: 5000 }
     }
 }

@@ -143,6 +143,31 @@ async fn only_live_listed_hosts_are_offered(backend: Backend) {
     assert!((1..=1000).contains(&frankfurt.uptime_permille), "{}", frankfurt.uptime_permille);
     assert_eq!(page.offers.iter().find(|o| o.host_id == ids[3]).unwrap().interconnect, "pcie");
 
+    // Uptime over the last week, from the week's transitions and the last one before it: online
+    // since a month ago, then down from 3.5 days ago until 1.75 days ago is 75 %.
+    use cardpool_service::entities::{host_events, hosts as host_rows};
+    use sea_orm::{ActiveModelTrait, ActiveValue::Set, ColumnTrait, IntoActiveModel, QueryFilter};
+    let now = chrono::Utc::now();
+    host_events::Entity::delete_many().filter(host_events::Column::HostId.eq(ids[0])).exec(&services.db).await.unwrap();
+    for (hours_ago, status) in [(720, "online"), (84, "offline"), (42, "online")] {
+        host_events::ActiveModel {
+            host_id: Set(ids[0]),
+            status: Set(status.into()),
+            reason: Set("test".into()),
+            at: Set(now - chrono::Duration::hours(hours_ago)),
+            ..Default::default()
+        }
+        .insert(&services.db)
+        .await
+        .unwrap();
+    }
+    let mut row = host_rows::Entity::find_by_id(ids[0]).one(&services.db).await.unwrap().unwrap().into_active_model();
+    row.created_at = Set(now - chrono::Duration::days(60));
+    row.update(&services.db).await.unwrap();
+    let page = offers::list_offers(&services, &OfferQuery::default()).await.unwrap();
+    let frankfurt = page.offers.iter().find(|o| o.host_id == ids[0]).unwrap();
+    assert!((749..=751).contains(&frankfurt.uptime_permille), "{}", frankfurt.uptime_permille);
+
     // A host that goes silent disappears at once.
     hosts::mark_silent_hosts_offline(&services, std::time::Duration::ZERO).await.unwrap();
     assert_eq!(offers::list_offers(&services, &OfferQuery::default()).await.unwrap().total, 0);

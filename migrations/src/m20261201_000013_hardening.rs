@@ -1,6 +1,11 @@
+//! What issue 14's hardening needs of the schema.
+//!
 //! A reservation outlives its workload: when the renter's command exits inside the window the
 //! GPUs stay held for them (and paid for) until the window ends. `workload_exited_at` says the
 //! workload is gone on purpose, so the agent's heartbeat not listing it is no lost workload.
+//!
+//! Offer search reads each host's status transitions of the last week only: an index by host
+//! and time keeps that a range scan however long a host's history grows.
 
 use sea_orm_migration::{prelude::*, schema::*};
 
@@ -17,10 +22,21 @@ impl MigrationTrait for Migration {
                     .add_column(timestamp_with_time_zone_null(Rentals::WorkloadExitedAt))
                     .to_owned(),
             )
+            .await?;
+        manager
+            .create_index(
+                Index::create()
+                    .name("idx_host_events_host_at")
+                    .table(HostEvents::Table)
+                    .col(HostEvents::HostId)
+                    .col(HostEvents::At)
+                    .to_owned(),
+            )
             .await
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager.drop_index(Index::drop().name("idx_host_events_host_at").table(HostEvents::Table).to_owned()).await?;
         manager
             .alter_table(Table::alter().table(Rentals::Table).drop_column(Rentals::WorkloadExitedAt).to_owned())
             .await
@@ -31,4 +47,11 @@ impl MigrationTrait for Migration {
 enum Rentals {
     Table,
     WorkloadExitedAt,
+}
+
+#[derive(DeriveIden)]
+enum HostEvents {
+    Table,
+    HostId,
+    At,
 }
