@@ -100,6 +100,24 @@ pub struct LedgerEntry {
     pub created_at: DateTime<Utc>,
 }
 
+/// Which page of a history to read: the entries before transaction `before` (newest first;
+/// the newest without it), `limit` of them (100 unless given, at most 500).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
+pub struct HistoryQuery {
+    pub before: Option<i64>,
+    pub limit: Option<u32>,
+}
+
+impl HistoryQuery {
+    pub const DEFAULT_LIMIT: u32 = 100;
+
+    pub fn limit(&self) -> u64 {
+        u64::from(self.limit.unwrap_or(Self::DEFAULT_LIMIT).clamp(1, 500))
+    }
+}
+
 /// A receipt for one wallet transaction.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -17,8 +17,8 @@ use crate::{
 use cardpool_domain::{
     money::{MICROS_PER_CENT, MICROS_PER_DOLLAR, format_dollars, parse_dollars},
     payments::{
-        Adjustment, AdjustmentKind, AdminCreditRequest, CreateTopUpRequest, LedgerEntry, Receipt, TOP_UP_MAX_MICROS,
-        TOP_UP_MIN_MICROS, TopUp, TopUpCreated, TopUpStatus, Wallet,
+        Adjustment, AdjustmentKind, AdminCreditRequest, CreateTopUpRequest, HistoryQuery, LedgerEntry, Receipt,
+        TOP_UP_MAX_MICROS, TOP_UP_MIN_MICROS, TopUp, TopUpCreated, TopUpStatus, Wallet,
     },
 };
 use chrono::Utc;
@@ -322,17 +322,42 @@ async fn apply_checkout(
     Ok(outcome)
 }
 
-/// The caller's wallet history, newest first, with the balance after each entry.
-pub async fn list_transactions(services: &Services, principal: &Principal) -> AppResult<Vec<LedgerEntry>> {
-    let mut entries = ledger::history(&services.db, Book::Wallet(principal.user_id)).await?;
-    entries.reverse();
-    Ok(entries)
+/// A page of the caller's wallet history, newest first, with the balance after each entry.
+pub async fn list_transactions(
+    services: &Services,
+    principal: &Principal,
+    page: &HistoryQuery,
+) -> AppResult<Vec<LedgerEntry>> {
+    ledger::recent_entries(&services.db, Book::Wallet(principal.user_id), page.before, page.limit()).await
 }
 
-/// The caller's wallet history as CSV (oldest first, amounts in dollars).
-pub async fn transactions_csv(services: &Services, principal: &Principal) -> AppResult<String> {
-    let entries = ledger::history(&services.db, Book::Wallet(principal.user_id)).await?;
-    let mut csv = String::from("transaction_id,date_utc,kind,description,amount_usd,balance_usd\n");
+/// Lines of the wallet history CSV read per database round trip.
+const CSV_PAGE: u64 = 500;
+
+/// The CSV's header line.
+pub const CSV_HEADER: &str = "transaction_id,date_utc,kind,description,amount_usd,balance_usd\n";
+
+/// Where a CSV export has got to: after which transaction, at which balance.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CsvCursor {
+    after: Option<i64>,
+    balance: i64,
+}
+
+/// The next lines of the caller's wallet history as CSV (oldest first, amounts in dollars), and
+/// where to go on from; `None` when the history is exhausted. An export of any length is
+/// written a page at a time, never held whole.
+pub async fn transactions_csv_page(
+    services: &Services,
+    principal: &Principal,
+    cursor: CsvCursor,
+) -> AppResult<Option<(String, CsvCursor)>> {
+    let entries =
+        ledger::entries_after(&services.db, Book::Wallet(principal.user_id), cursor.after, cursor.balance, CSV_PAGE)
+            .await?;
+    let Some(last) = entries.last() else { return Ok(None) };
+    let next = CsvCursor { after: Some(last.transaction_id), balance: last.balance_after_micros };
+    let mut csv = String::new();
     for e in entries {
         csv.push_str(&format!(
             "{},{},{},{},{},{}\n",
@@ -343,6 +368,17 @@ pub async fn transactions_csv(services: &Services, principal: &Principal) -> App
             format_dollars(e.amount_micros),
             format_dollars(e.balance_after_micros)
         ));
+    }
+    Ok(Some((csv, next)))
+}
+
+/// The caller's whole wallet history as CSV (tests, small exports; the API streams pages).
+pub async fn transactions_csv(services: &Services, principal: &Principal) -> AppResult<String> {
+    let mut csv = CSV_HEADER.to_owned();
+    let mut cursor = CsvCursor::default();
+    while let Some((page, next)) = transactions_csv_page(services, principal, cursor).await? {
+        csv.push_str(&page);
+        cursor = next;
     }
     Ok(csv)
 }
@@ -361,8 +397,8 @@ pub async fn get_receipt(services: &Services, principal: &Principal, transaction
         .await
         .context("loading transaction")?
         .ok_or_else(not_found)?;
-    let entries = ledger::history(&services.db, Book::Wallet(principal.user_id)).await?;
-    let entry = entries.iter().find(|e| e.transaction_id == transaction_id).ok_or_else(not_found)?;
+    let (amount_micros, _) =
+        ledger::entry_of(&services.db, Book::Wallet(principal.user_id), transaction_id).await?.ok_or_else(not_found)?;
     let stripe_session_id = top_ups::Entity::find()
         .filter(top_ups::Column::LedgerTransactionId.eq(transaction_id))
         .one(&services.db)
@@ -375,7 +411,7 @@ pub async fn get_receipt(services: &Services, principal: &Principal, transaction
         account_email: principal.email.clone(),
         kind: tx.kind,
         description: tx.description,
-        amount_micros: entry.amount_micros,
+        amount_micros,
         currency: CURRENCY.into(),
         created_at: tx.created_at,
         stripe_session_id,

@@ -18,13 +18,18 @@ use crate::{
 };
 use cardpool_domain::{
     money::{MICROS_PER_CENT, format_dollars, parse_dollars},
-    payments::{ConnectState, Earnings, LedgerEntry, OnboardingLink, Payout, PayoutStatus, RequestPayoutRequest},
+    payments::{
+        ConnectState, Earnings, HistoryQuery, LedgerEntry, OnboardingLink, Payout, PayoutStatus, RequestPayoutRequest,
+    },
 };
 use chrono::{Duration, Utc};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, IntoActiveModel, QueryFilter,
-    QueryOrder,
+    QueryOrder, QuerySelect,
 };
+
+/// Payouts listed with the earnings (the newest); the totals count them all.
+const PAYOUTS_SHOWN: u64 = 50;
 
 /// Smallest payout: one dollar.
 const MIN_PAYOUT_MICROS: i64 = 1_000_000;
@@ -75,11 +80,22 @@ pub async fn get_earnings(services: &Services, principal: &Principal) -> AppResu
     let rows = payouts::Entity::find()
         .filter(payouts::Column::UserId.eq(principal.user_id))
         .order_by_desc(payouts::Column::Id)
+        .limit(PAYOUTS_SHOWN)
         .all(&services.db)
         .await
         .context("loading payouts")?;
+    let totals: Vec<(String, Option<i64>)> = payouts::Entity::find()
+        .select_only()
+        .column(payouts::Column::Status)
+        .column_as(sea_orm::sea_query::Expr::cust("CAST(SUM(amount_micros) AS BIGINT)"), "total")
+        .filter(payouts::Column::UserId.eq(principal.user_id))
+        .group_by(payouts::Column::Status)
+        .into_tuple()
+        .all(&services.db)
+        .await
+        .context("summing payouts")?;
     let sum = |status: PayoutStatus| -> i64 {
-        rows.iter().filter(|p| p.status == status.as_str()).map(|p| p.amount_micros).sum()
+        totals.iter().filter(|(s, _)| s == status.as_str()).filter_map(|(_, t)| *t).sum()
     };
     Ok(Earnings {
         pending_micros: pending,
@@ -93,12 +109,14 @@ pub async fn get_earnings(services: &Services, principal: &Principal) -> AppResu
     })
 }
 
-/// The provider's earnings history, newest first.
-pub async fn list_earnings_entries(services: &Services, principal: &Principal) -> AppResult<Vec<LedgerEntry>> {
+/// A page of the provider's earnings history, newest first.
+pub async fn list_earnings_entries(
+    services: &Services,
+    principal: &Principal,
+    page: &HistoryQuery,
+) -> AppResult<Vec<LedgerEntry>> {
     require_provider(principal)?;
-    let mut entries = ledger::history(&services.db, Book::Earnings(principal.user_id)).await?;
-    entries.reverse();
-    Ok(entries)
+    ledger::recent_entries(&services.db, Book::Earnings(principal.user_id), page.before, page.limit()).await
 }
 
 /// Creates the provider's Express account on first use and returns a fresh onboarding link.

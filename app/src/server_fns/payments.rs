@@ -26,7 +26,10 @@ pub async fn create_top_up(amount: String) -> Result<TopUpCreated, AppError> {
 
 #[server(prefix = "/rpc", endpoint = "list_transactions")]
 pub async fn list_transactions() -> Result<Vec<LedgerEntry>, AppError> {
-    crate::ssr::signed_in(async |req, caller| payments::list_transactions(&req.services, &caller).await).await
+    crate::ssr::signed_in(async |req, caller| {
+        payments::list_transactions(&req.services, &caller, &Default::default()).await
+    })
+    .await
 }
 
 #[server(prefix = "/rpc", endpoint = "get_receipt")]
@@ -41,7 +44,10 @@ pub async fn get_earnings() -> Result<Earnings, AppError> {
 
 #[server(prefix = "/rpc", endpoint = "list_earnings_entries")]
 pub async fn list_earnings_entries() -> Result<Vec<LedgerEntry>, AppError> {
-    crate::ssr::signed_in(async |req, caller| payouts::list_earnings_entries(&req.services, &caller).await).await
+    crate::ssr::signed_in(async |req, caller| {
+        payouts::list_earnings_entries(&req.services, &caller, &Default::default()).await
+    })
+    .await
 }
 
 #[server(prefix = "/rpc", endpoint = "create_onboarding_link")]

@@ -4,7 +4,7 @@
 use crate::edges::{ApiError, ApiJson, ApiResult, Caller, PathId};
 use axum::{
     Json,
-    extract::State,
+    extract::{Query, State},
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
@@ -13,14 +13,15 @@ use cardpool_domain::{
     AppError,
     error::ErrorBody,
     payments::{
-        Adjustment, AdminCreditRequest, CreateTopUpRequest, Earnings, LedgerEntry, OnboardingLink, Payout, Receipt,
-        RequestPayoutRequest, TopUp, TopUpCreated, Wallet,
+        Adjustment, AdminCreditRequest, CreateTopUpRequest, Earnings, HistoryQuery, LedgerEntry, OnboardingLink,
+        Payout, Receipt, RequestPayoutRequest, TopUp, TopUpCreated, Wallet,
     },
 };
 use cardpool_service::{
-    payments::{self, WebhookFailure, WebhookOutcome},
+    payments::{self, CsvCursor, WebhookFailure, WebhookOutcome},
     payouts,
 };
+use futures_util::StreamExt;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 /// This module's operations, each registered once: its route and its OpenAPI path.
@@ -66,19 +67,35 @@ pub async fn get_top_up(Caller(services, caller): Caller, id: PathId) -> ApiResu
     Ok(Json(payments::get_top_up(&services, &caller, id.of("a top-up")?).await?))
 }
 
-/// The caller's wallet history, newest first, with the running balance.
+/// A page of the caller's wallet history, newest first, with the running balance: the newest
+/// 100 (`limit`, at most 500), or those before transaction `before`.
 #[utoipa::path(get, path = "/wallet/transactions", operation_id = "list_transactions", tag = "payments",
+    params(HistoryQuery),
     responses((status = 200, body = Vec<LedgerEntry>), (status = 401, body = ErrorBody)))]
-pub async fn list_transactions(Caller(services, caller): Caller) -> ApiResult<Json<Vec<LedgerEntry>>> {
-    Ok(Json(payments::list_transactions(&services, &caller).await?))
+pub async fn list_transactions(
+    Caller(services, caller): Caller,
+    Query(page): Query<HistoryQuery>,
+) -> ApiResult<Json<Vec<LedgerEntry>>> {
+    Ok(Json(payments::list_transactions(&services, &caller, &page).await?))
 }
 
-/// The caller's wallet history as CSV.
+/// The caller's whole wallet history as CSV, streamed a page at a time.
 #[utoipa::path(get, path = "/wallet/transactions.csv", operation_id = "export_transactions", tag = "payments",
     responses((status = 200, description = "CSV, oldest first", content_type = "text/csv"), (status = 401, body = ErrorBody)))]
 pub async fn export_transactions(Caller(services, caller): Caller) -> ApiResult<Response> {
-    let csv = payments::transactions_csv(&services, &caller).await?;
-    let mut response = csv.into_response();
+    // The first page is read before answering, so a failure is still an error status.
+    let first = payments::transactions_csv_page(&services, &caller, CsvCursor::default()).await?;
+    let pages =
+        futures_util::stream::unfold(first.map(|(page, next)| (page, next, services, caller)), |state| async move {
+            let (page, next, services, caller) = state?;
+            let rest = match payments::transactions_csv_page(&services, &caller, next).await {
+                Ok(rest) => rest.map(|(page, next)| (page, next, services, caller)),
+                Err(_) => None, // already logged; the download ends short rather than hangs
+            };
+            Some((Ok::<_, std::io::Error>(page), rest))
+        });
+    let body = futures_util::stream::once(async { Ok(payments::CSV_HEADER.to_owned()) }).chain(pages);
+    let mut response = axum::body::Body::from_stream(body).into_response();
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/csv; charset=utf-8"));
     headers.insert(
@@ -103,11 +120,15 @@ pub async fn get_earnings(Caller(services, caller): Caller) -> ApiResult<Json<Ea
     Ok(Json(payouts::get_earnings(&services, &caller).await?))
 }
 
-/// The provider's earnings history, newest first.
+/// A page of the provider's earnings history, newest first (as `/wallet/transactions`).
 #[utoipa::path(get, path = "/earnings/entries", operation_id = "list_earnings_entries", tag = "payments",
+    params(HistoryQuery),
     responses((status = 200, body = Vec<LedgerEntry>), (status = 403, body = ErrorBody)))]
-pub async fn list_earnings_entries(Caller(services, caller): Caller) -> ApiResult<Json<Vec<LedgerEntry>>> {
-    Ok(Json(payouts::list_earnings_entries(&services, &caller).await?))
+pub async fn list_earnings_entries(
+    Caller(services, caller): Caller,
+    Query(page): Query<HistoryQuery>,
+) -> ApiResult<Json<Vec<LedgerEntry>>> {
+    Ok(Json(payouts::list_earnings_entries(&services, &caller, &page).await?))
 }
 
 /// A Stripe Connect Express onboarding link (the account is created on first use).

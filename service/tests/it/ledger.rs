@@ -261,7 +261,89 @@ async fn concurrent_charges_never_overdraw(backend: Backend) {
     assert!(ledger::verify(&services.db).await.unwrap().is_sound());
 }
 
+async fn histories_page_at_any_depth_and_the_audit_finds_what_is_wrong(backend: Backend) {
+    use cardpool_service::entities::{ledger_accounts, ledger_postings};
+    use sea_orm::{ActiveModelTrait, ActiveValue::Set, ColumnTrait, EntityTrait, IntoActiveModel, QueryFilter};
+    let (_db, services) = testing::services(backend, Settings::default()).await;
+    let renter = Book::Wallet(testing::renter(&services, "pages@example.com").await.user_id);
+    let old = chrono::Utc::now() - chrono::Duration::days(2);
+    let txn = begin_write(&services.db).await.unwrap();
+    for i in 0..250i64 {
+        let mut entry = Entry::new("test", format!("t{i}"), format!("entry {i}"));
+        entry = if i % 5 == 4 {
+            entry.transfer(renter, Book::PlatformFees, 3)
+        } else {
+            entry.transfer(Book::PromotionalCredit, renter, 10 + i)
+        };
+        if i < 100 {
+            entry.at = old;
+        }
+        ledger::post(&txn, entry).await.unwrap();
+    }
+    txn.commit().await.unwrap();
+    let balance = ledger::balance(&services.db, renter).await.unwrap();
+
+    // Newest first, a page at a time: every entry once, each balance the one after it.
+    let (mut pages, mut before) = (Vec::new(), None);
+    loop {
+        let page = ledger::recent_entries(&services.db, renter, before, 100).await.unwrap();
+        let Some(last) = page.last() else { break };
+        before = Some(last.transaction_id);
+        pages.extend(page);
+    }
+    assert_eq!(pages.len(), 250);
+    assert_eq!(pages[0].balance_after_micros, balance);
+    for pair in pages.windows(2) {
+        assert!(pair[0].transaction_id > pair[1].transaction_id);
+        assert_eq!(pair[1].balance_after_micros, pair[0].balance_after_micros - pair[0].amount_micros);
+    }
+    assert_eq!(pages[249].balance_after_micros, pages[249].amount_micros, "the first entry starts from zero");
+    // Oldest first (exports), carrying the balance across pages: the same entries.
+    let (mut forward, mut after, mut carried) = (Vec::new(), None, 0);
+    loop {
+        let page = ledger::entries_after(&services.db, renter, after, carried, 64).await.unwrap();
+        let Some(last) = page.last() else { break };
+        (after, carried) = (Some(last.transaction_id), last.balance_after_micros);
+        forward.extend(page);
+    }
+    forward.reverse();
+    assert_eq!(forward, pages);
+    // Recent credits: the positive entries of the last day only.
+    let recent: i64 = (100..250i64).filter(|i| i % 5 != 4).map(|i| 10 + i).sum();
+    let since = chrono::Utc::now() - chrono::Duration::days(1);
+    assert_eq!(ledger::credits_since(&services.db, renter, since).await.unwrap(), recent);
+
+    // The audit finds a drifted balance and an unbalanced transaction.
+    assert!(ledger::verify(&services.db).await.unwrap().is_sound());
+    let account = ledger_accounts::Entity::find()
+        .filter(ledger_accounts::Column::Code.eq(renter.code()))
+        .one(&services.db)
+        .await
+        .unwrap()
+        .unwrap();
+    let (account_id, code) = (account.id, account.code.clone());
+    let mut drifted = account.into_active_model();
+    drifted.balance_micros = Set(balance + 2);
+    drifted.update(&services.db).await.unwrap();
+    let posting = ledger_postings::Entity::find().one(&services.db).await.unwrap().unwrap();
+    ledger_postings::ActiveModel {
+        transaction_id: Set(posting.transaction_id),
+        ledger_account_id: Set(account_id),
+        amount_micros: Set(1),
+        ..Default::default()
+    }
+    .insert(&services.db)
+    .await
+    .unwrap();
+    let check = ledger::verify(&services.db).await.unwrap();
+    assert_eq!(check.unbalanced_transactions, vec![posting.transaction_id]);
+    assert_eq!(check.drifted_accounts, vec![code], "{check:?}");
+    assert_eq!(check.total_micros, 1);
+    assert!(!check.is_sound());
+}
+
 backend_tests!(
+    histories_page_at_any_depth_and_the_audit_finds_what_is_wrong,
     random_operations_keep_the_ledger_sound,
     unbalanced_entries_are_refused,
     concurrent_charges_never_overdraw
