@@ -10,6 +10,7 @@ mod logs;
 mod payments;
 mod payouts;
 mod rentals;
+mod security;
 mod ssh;
 mod survival;
 mod telemetry;
