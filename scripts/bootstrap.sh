@@ -8,6 +8,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 
 CARGO_LEPTOS_VERSION=0.3.10
 WASM_BINDGEN_VERSION=0.2.130   # must equal the `wasm-bindgen = "=..."` pin in Cargo.toml
+SCHEMATHESIS_VERSION=4.32.5
 
 with_test=false
 [[ "${1:-}" == "--test" ]] && with_test=true
@@ -63,6 +64,13 @@ if $with_test; then
   # The SSH tests drive Debian's OpenSSH client; their rental serves files with Python.
   command -v ssh >/dev/null || apt_install openssh-client
   command -v python3 >/dev/null || apt_install python3
+  # The API's contract is checked with schemathesis (PyPI), in a virtualenv of its own.
+  python3 -c 'import ensurepip, venv' 2>/dev/null || apt_install python3-venv
+  if ! target/tools/schemathesis/bin/schemathesis --version 2>/dev/null | grep -q "$SCHEMATHESIS_VERSION"; then
+    say "pip install schemathesis $SCHEMATHESIS_VERSION"
+    python3 -m venv target/tools/schemathesis
+    target/tools/schemathesis/bin/pip install -q --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION"
+  fi
   if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
     say "starting PostgreSQL"
     as_root pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start

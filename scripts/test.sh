@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, unit/service/HTTP tests on SQLite and PostgreSQL,
-# the README's run command checked on the release build (scripts/run.sh --check), then Playwright
-# in Chromium against that release server on SQLite and on PostgreSQL.
+# the README's run command checked on the release build (scripts/run.sh --check), schemathesis
+# against the API of that release server, then Playwright in Chromium against it on SQLite and
+# on PostgreSQL.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -44,6 +45,13 @@ e2e_tmp=$(mktemp -d)
 rm -rf end2end/screenshots
 # Playwright empties end2end/test-results/ when it starts, so the servers log beside the build.
 mkdir -p target/e2e-logs
+
+# The API's contract: schemathesis against a fresh release demo (its own, since it books,
+# adds keys and tokens as the demo renter).
+say "schemathesis against the release demo"
+start_server "$PWD/target/release/cardpool" target/e2e-logs/server-schemathesis.log --demo --site-root "$PWD/target/site"
+./scripts/schemathesis.sh "$SERVER_URL"
+stop_server
 
 # Playwright against the release server run.sh --check just built and checked. Its hosts
 # beat every second and a silent one is offline after 5 s (and judged from 10 s after start),

@@ -68,9 +68,11 @@ pub struct OfferQuery {
     pub gpu_model: Option<String>,
     /// At least this many free GPUs on the host.
     #[serde(deserialize_with = "lenient::number")]
+    #[cfg_attr(feature = "openapi", param(maximum = 64))]
     pub min_gpus: Option<u32>,
     /// At least this much memory per GPU, GiB.
     #[serde(deserialize_with = "lenient::number")]
+    #[cfg_attr(feature = "openapi", param(maximum = 4096))]
     pub min_vram_gib: Option<u32>,
     /// At most this price per GPU-hour for the chosen kind, dollars (e.g. "2.50").
     pub max_price: Option<String>,
@@ -83,11 +85,13 @@ pub struct OfferQuery {
     pub min_cuda: Option<String>,
     #[serde(deserialize_with = "lenient::choice")]
     pub sort: Option<OfferSort>,
-    /// 1-based page number.
+    /// 1-based page number (0 is the first page too).
     #[serde(deserialize_with = "lenient::number")]
+    #[cfg_attr(feature = "openapi", param(maximum = 10000))]
     pub page: Option<u32>,
     /// Offers per page (at most 100; default 20).
     #[serde(deserialize_with = "lenient::number")]
+    #[cfg_attr(feature = "openapi", param(minimum = 1, maximum = 100))]
     pub per_page: Option<u32>,
     /// Only this host's offers.
     #[serde(deserialize_with = "lenient::number")]

@@ -106,15 +106,27 @@ pub struct LedgerEntry {
 #[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 pub struct HistoryQuery {
+    /// A transaction id: the entries before it.
+    #[cfg_attr(feature = "openapi", param(minimum = 1))]
     pub before: Option<i64>,
+    #[cfg_attr(feature = "openapi", param(minimum = 1, maximum = 500))]
     pub limit: Option<u32>,
 }
 
 impl HistoryQuery {
     pub const DEFAULT_LIMIT: u32 = 100;
+    pub const MAX_LIMIT: u32 = 500;
 
-    pub fn limit(&self) -> u64 {
-        u64::from(self.limit.unwrap_or(Self::DEFAULT_LIMIT).clamp(1, 500))
+    /// The page size asked for, if it is one a history gives (and a cursor, if any, that is
+    /// a transaction id).
+    pub fn limit(&self) -> Result<u64, crate::AppError> {
+        if self.before.is_some_and(|b| b < 1) {
+            return Err(crate::AppError::invalid_field("before", "a transaction id"));
+        }
+        match self.limit.unwrap_or(Self::DEFAULT_LIMIT) {
+            limit @ 1..=Self::MAX_LIMIT => Ok(u64::from(limit)),
+            _ => Err(crate::AppError::invalid_field("limit", format!("between 1 and {}", Self::MAX_LIMIT))),
+        }
     }
 }
 

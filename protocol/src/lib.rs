@@ -7,6 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod decode;
 pub mod tunnel;
 pub use tunnel::{ChannelTarget, Terminal};
 

@@ -7,7 +7,10 @@
 
 use axum::{
     Json,
-    extract::{FromRequest, FromRequestParts, Path, rejection::JsonRejection},
+    extract::{
+        FromRequest, FromRequestParts, Path, Query,
+        rejection::{JsonRejection, QueryRejection},
+    },
     http::{HeaderValue, StatusCode, header, request::Parts},
     response::{IntoResponse, Response},
 };
@@ -29,6 +32,12 @@ pub struct ApiError(pub AppError);
 impl From<AppError> for ApiError {
     fn from(err: AppError) -> Self {
         ApiError(err)
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(rejection: QueryRejection) -> Self {
+        ApiError(AppError::Validation { message: rejection.body_text(), fields: Default::default() })
     }
 }
 
@@ -57,10 +66,35 @@ impl IntoResponse for ApiError {
 
 pub type ApiResult<T> = Result<T, ApiError>;
 
-/// `Json<T>` whose rejections are our JSON errors.
-#[derive(FromRequest)]
-#[from_request(via(Json), rejection(ApiError))]
+/// A JSON object body as `T`; its rejections are our JSON errors. Only an object is taken:
+/// serde would otherwise read a struct from an array of its fields (`[]` for a struct whose
+/// fields all have defaults), which no client means.
 pub struct ApiJson<T>(pub T);
+
+impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
+        let Json(value) = Json::<serde_json::Value>::from_request(req, state).await?;
+        if !value.is_object() {
+            return Err(ApiError(AppError::Validation {
+                message: "the request body must be a JSON object".into(),
+                fields: Default::default(),
+            }));
+        }
+        serde_json::from_value(value).map(ApiJson).map_err(|err| {
+            ApiError(AppError::Validation {
+                message: format!("Failed to deserialize the JSON body into the target type: {err}"),
+                fields: Default::default(),
+            })
+        })
+    }
+}
+
+/// `Query<T>` whose rejections are our JSON errors (422 with what does not parse).
+#[derive(FromRequestParts)]
+#[from_request(via(Query), rejection(ApiError))]
+pub struct ApiQuery<T>(pub T);
 
 /// The services and the authenticated caller: a bearer token if one is sent, else the browser
 /// session.

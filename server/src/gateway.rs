@@ -45,8 +45,6 @@ pub struct GatewayOptions {
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest message an agent may send: a telemetry batch (60 frames of 64 GPUs) is ~600 KiB.
 const MAX_MESSAGE_BYTES: usize = 1 << 20;
-/// The longest string an agent's message may carry (a log chunk's bytes aside).
-const MAX_STRING_CHARS: usize = 4096;
 /// Messages that reach the database (heartbeats, reports, telemetry): per second, and in a burst.
 const STORED_PER_SEC: f64 = 20.0;
 const STORED_BURST: f64 = 200.0;
@@ -222,17 +220,11 @@ async fn serve_connected(
                     }
                     Some(Ok(_)) => continue,
                 };
-                let message = serde_json::from_str::<AgentMessage>(&text);
+                let message = cardpool_protocol::decode::agent_message(&text);
                 match &message {
                     Ok(m) if is_relayed(m) => relayed.take().await,
                     _ => stored.take().await,
                 }
-                let message = message.and_then(|m| match too_long_string(&m, &text) {
-                    Some(what) => Err(serde::de::Error::custom(format!(
-                        "{what} is longer than {MAX_STRING_CHARS} characters"
-                    ))),
-                    None => Ok(m),
-                });
                 let result = match message {
                     Ok(AgentMessage::Inventory(inventory)) => hosts::record_inventory(services, host, &inventory).await,
                     Ok(AgentMessage::Heartbeat { rentals: running, .. }) => {
@@ -272,7 +264,7 @@ async fn serve_connected(
                         Ok(())
                     }
                     Ok(AgentMessage::Hello { .. }) => Err(AppError::invalid_field("type", "hello was already received")),
-                    Err(err) => Err(AppError::invalid_field("message", format!("malformed message: {err}"))),
+                    Err(message) => Err(AppError::invalid_field("message", message)),
                 };
                 if let Err(AppError::Internal) = result {
                     // Our failure, already logged: drop the connection so the agent retries.
@@ -312,28 +304,6 @@ fn is_relayed(message: &AgentMessage) -> bool {
             | AgentMessage::ChannelExit { .. }
             | AgentMessage::ChannelClosed { .. }
     )
-}
-
-/// Where a message carries a string longer than [`MAX_STRING_CHARS`], if it does. Telemetry
-/// (the bulk, with only GPU UUIDs for strings) is checked field by field; other messages are
-/// few, so their JSON is walked whole, which covers fields added later too. A log chunk's
-/// bytes are bounded by the message size alone.
-fn too_long_string(message: &AgentMessage, text: &str) -> Option<String> {
-    fn walk(value: &serde_json::Value, path: &str) -> Option<String> {
-        match value {
-            serde_json::Value::String(s) if s.chars().count() > MAX_STRING_CHARS => Some(path.to_owned()),
-            serde_json::Value::Array(items) => items.iter().find_map(|v| walk(v, path)),
-            serde_json::Value::Object(fields) => fields.iter().find_map(|(k, v)| walk(v, k)),
-            _ => None,
-        }
-    }
-    match message {
-        AgentMessage::Telemetry { frames, .. } => {
-            frames.iter().flat_map(|f| &f.gpus).any(|g| g.uuid.len() > MAX_STRING_CHARS).then(|| "uuid".to_owned())
-        }
-        AgentMessage::Logs { .. } => None,
-        _ => walk(&serde_json::from_str(text).ok()?, "message"),
-    }
 }
 
 /// Paces an agent's messages: `rate` a second on average, `burst` at once; past that the
@@ -381,21 +351,5 @@ mod tests {
         }
         let paced = start.elapsed();
         assert!(paced >= Duration::from_millis(4950) && paced <= Duration::from_millis(5100), "{paced:?}");
-    }
-
-    #[test]
-    fn long_strings_are_found_wherever_they_are() {
-        let long = "x".repeat(MAX_STRING_CHARS + 1);
-        let status = AgentMessage::RentalStatus {
-            rental_id: 1,
-            status: cardpool_protocol::WorkloadStatus::Failed { reason: long.clone() },
-        };
-        let text = serde_json::to_string(&status).unwrap();
-        assert_eq!(too_long_string(&status, &text).as_deref(), Some("reason"));
-        let fine = AgentMessage::RentalStatus {
-            rental_id: 1,
-            status: cardpool_protocol::WorkloadStatus::Failed { reason: "x".repeat(MAX_STRING_CHARS) },
-        };
-        assert_eq!(too_long_string(&fine, &serde_json::to_string(&fine).unwrap()), None);
     }
 }

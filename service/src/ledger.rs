@@ -414,20 +414,20 @@ async fn sum(conn: &impl ConnectionTrait, sql: Sql, text: String) -> AppResult<i
         .map_or(0, |t| t.total))
 }
 
-/// Sum of the positive postings to `book` made at or after `since` (recent credits). Reads
-/// only transactions from the first one at or after `since` on (ids grow with time), so the
-/// cost follows the recent postings, not the account's whole history.
+/// Sum of the positive postings to `book` made at or after `since` (recent credits): those
+/// of the transactions from the first one at or after `since` on (transaction ids grow with
+/// time), one range of the (account, transaction) index, so the cost follows the recent
+/// postings, not the account's whole history.
 pub async fn credits_since(conn: &impl ConnectionTrait, book: Book, since: DateTime<Utc>) -> AppResult<i64> {
     let Some(account) = find_account_row(conn, &book.code()).await? else {
         return Ok(0);
     };
     let mut sql = Sql::new(conn.get_database_backend());
-    let (account, first_since, since) = (sql.bind(account.id), sql.bind(since), sql.bind(since));
+    let (account, since) = (sql.bind(account.id), sql.bind(since));
     let text = format!(
-        "SELECT CAST(COALESCE(SUM(p.amount_micros), 0) AS BIGINT) AS total \
-         FROM ledger_postings p JOIN ledger_transactions t ON t.id = p.transaction_id \
-         WHERE p.ledger_account_id = {account} AND p.amount_micros > 0 AND t.created_at >= {since} \
-         AND p.transaction_id >= (SELECT COALESCE(MIN(id), 0) FROM ledger_transactions WHERE created_at >= {first_since})"
+        "SELECT CAST(COALESCE(SUM(amount_micros), 0) AS BIGINT) AS total FROM ledger_postings \
+         WHERE ledger_account_id = {account} AND amount_micros > 0 AND transaction_id >= \
+         (SELECT COALESCE(MIN(id), 9223372036854775807) FROM ledger_transactions WHERE created_at >= {since})"
     );
     sum(conn, sql, text).await
 }

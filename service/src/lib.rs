@@ -19,6 +19,8 @@ pub mod api_tokens;
 pub mod auth;
 pub mod db;
 pub mod entities;
+#[cfg(any(test, feature = "test-support"))]
+pub mod fuzzing;
 pub mod hosts;
 pub mod ledger;
 pub mod logs;

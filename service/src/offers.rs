@@ -25,6 +25,8 @@ use std::collections::HashMap;
 
 const DEFAULT_PER_PAGE: u32 = 20;
 const MAX_PER_PAGE: u32 = 100;
+/// The furthest page a search goes (beyond it, narrow the filters).
+const MAX_PAGE: u32 = 10_000;
 const GIB: i64 = 1 << 30;
 /// Uptime is measured over this window (or since enrollment, if shorter).
 const UPTIME_WINDOW_DAYS: i64 = 7;
@@ -70,6 +72,11 @@ struct Filters {
     host_id: Option<i64>,
 }
 
+/// Whether `query` is a search the market can run (the checks `list_offers` makes first).
+pub fn check_query(query: &OfferQuery) -> AppResult<()> {
+    validate(query).map(|_| ())
+}
+
 fn validate(query: &OfferQuery) -> AppResult<Filters> {
     let mut fields = cardpool_domain::FieldErrors::new();
     let max_price = match query.max_price.as_deref().map(str::trim).filter(|p| !p.is_empty()) {
@@ -90,6 +97,15 @@ fn validate(query: &OfferQuery) -> AppResult<Filters> {
     }
     if query.min_gpus.is_some_and(|n| n > 64) {
         fields.insert("min_gpus".into(), "at most 64".into());
+    }
+    if query.page.is_some_and(|n| n > MAX_PAGE) {
+        fields.insert("page".into(), format!("at most {MAX_PAGE}"));
+    }
+    if query.min_gpus.is_some_and(|n| n > 64) {
+        fields.insert("min_gpus".into(), "at most 64".into());
+    }
+    if query.min_vram_gib.is_some_and(|n| n > 4096) {
+        fields.insert("min_vram_gib".into(), "at most 4096".into());
     }
     if query.per_page.is_some_and(|n| n == 0 || n > MAX_PER_PAGE) {
         fields.insert("per_page".into(), format!("between 1 and {MAX_PER_PAGE}"));

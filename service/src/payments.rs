@@ -27,7 +27,7 @@ use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, IntoActiveModel, QueryFilter,
     QueryOrder, sea_query::OnConflict,
 };
-use stripe_webhook::{EventObject, Webhook, WebhookError};
+use stripe_webhook::{Event, EventObject, Webhook, WebhookError};
 
 const CURRENCY: &str = "usd";
 const MAX_REASON_LEN: usize = 500;
@@ -157,6 +157,21 @@ pub enum WebhookOutcome {
     Duplicate,
 }
 
+/// The Stripe event a delivery carries, if its `Stripe-Signature` header signs it with
+/// `secret` within the tolerance of `now` and it parses; nothing is stored or applied here.
+pub fn verify_event(payload: &str, signature: &str, secret: &str, now: i64) -> Result<Event, WebhookRejection> {
+    Webhook::construct_event_with_timestamp(payload, signature, secret, now).map_err(|err| {
+        tracing::warn!(error = %err, "webhook rejected");
+        match err {
+            WebhookError::BadTimestamp(_) => WebhookRejection::StaleTimestamp,
+            WebhookError::BadParse(_) => WebhookRejection::Malformed,
+            WebhookError::BadKey | WebhookError::BadHeader(_) | WebhookError::BadSignature => {
+                WebhookRejection::BadSignature
+            }
+        }
+    })
+}
+
 /// Verifies and applies one webhook delivery. `now` is the current Unix time (a parameter so
 /// tests can check the timestamp tolerance).
 pub async fn handle_webhook(
@@ -166,18 +181,8 @@ pub async fn handle_webhook(
     now: i64,
 ) -> Result<WebhookOutcome, WebhookFailure> {
     let signature = signature.ok_or(WebhookFailure::Rejected(WebhookRejection::BadSignature))?;
-    let event = Webhook::construct_event_with_timestamp(payload, signature, services.stripe.webhook_secret(), now)
-        .map_err(|err| {
-            let rejection = match err {
-                WebhookError::BadTimestamp(_) => WebhookRejection::StaleTimestamp,
-                WebhookError::BadParse(_) => WebhookRejection::Malformed,
-                WebhookError::BadKey | WebhookError::BadHeader(_) | WebhookError::BadSignature => {
-                    WebhookRejection::BadSignature
-                }
-            };
-            tracing::warn!(error = %err, "webhook rejected");
-            WebhookFailure::Rejected(rejection)
-        })?;
+    let event =
+        verify_event(payload, signature, services.stripe.webhook_secret(), now).map_err(WebhookFailure::Rejected)?;
     let event_id = event.id.to_string();
     let event_type = event.type_.as_str().to_owned();
 
@@ -328,7 +333,7 @@ pub async fn list_transactions(
     principal: &Principal,
     page: &HistoryQuery,
 ) -> AppResult<Vec<LedgerEntry>> {
-    ledger::recent_entries(&services.db, Book::Wallet(principal.user_id), page.before, page.limit()).await
+    ledger::recent_entries(&services.db, Book::Wallet(principal.user_id), page.before, page.limit()?).await
 }
 
 /// Lines of the wallet history CSV read per database round trip.

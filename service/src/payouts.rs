@@ -116,7 +116,7 @@ pub async fn list_earnings_entries(
     page: &HistoryQuery,
 ) -> AppResult<Vec<LedgerEntry>> {
     require_provider(principal)?;
-    ledger::recent_entries(&services.db, Book::Earnings(principal.user_id), page.before, page.limit()).await
+    ledger::recent_entries(&services.db, Book::Earnings(principal.user_id), page.before, page.limit()?).await
 }
 
 /// Creates the provider's Express account on first use and returns a fresh onboarding link.

@@ -2,10 +2,9 @@
 //! its host's agent (`cardpool_service::logs`). Read a piece by offset, follow it live as
 //! Server-Sent Events (resuming from `Last-Event-ID`), or download what the host keeps.
 
-use crate::edges::{ApiResult, Caller, PathId};
+use crate::edges::{ApiQuery, ApiResult, Caller, PathId};
 use axum::{
     Json,
-    extract::Query,
     http::{HeaderMap, header},
     response::{
         IntoResponse, Response,
@@ -56,7 +55,7 @@ pub async fn rental_logs(
     Caller(services, caller): Caller,
     id: PathId,
     headers: HeaderMap,
-    Query(query): Query<LogsQuery>,
+    ApiQuery(query): ApiQuery<LogsQuery>,
 ) -> ApiResult<Response> {
     let rental_id = id.of("a rental")?;
     if query.follow {

@@ -107,6 +107,11 @@ fn document_common_errors(doc: &mut utoipa::openapi::OpenApi) {
             if method != HttpMethod::Get {
                 common.push(("403", "Refused: a cross-site request, or not allowed"));
             }
+            // Every operation needs a caller unless it says otherwise (`security(())`).
+            let public = operation.security.as_ref().is_some_and(|s| s.iter().all(|r| *r == Default::default()));
+            if !public {
+                common.push(("401", "Sign in (a session) or send a bearer token"));
+            }
             for (status, description) in common {
                 operation.responses.responses.entry(status.to_owned()).or_insert_with(|| error(description).into());
             }

@@ -1,13 +1,9 @@
 //! `/api/v1/offers`: the marketplace search, open to everyone.
 
-use crate::edges::{ApiError, ApiResult};
-use axum::{
-    Json,
-    extract::{Query, State, rejection::QueryRejection},
-};
+use crate::edges::{ApiQuery, ApiResult};
+use axum::{Json, extract::State};
 use cardpool_app::ssr::AppState;
 use cardpool_domain::{
-    AppError,
     error::ErrorBody,
     offers::{OfferPage, OfferQuery},
 };
@@ -25,9 +21,7 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
     responses((status = 200, body = OfferPage), (status = 422, description = "A filter is malformed", body = ErrorBody)))]
 pub async fn list_offers(
     State(state): State<AppState>,
-    query: Result<Query<OfferQuery>, QueryRejection>,
+    ApiQuery(query): ApiQuery<OfferQuery>,
 ) -> ApiResult<Json<OfferPage>> {
-    let Query(query) =
-        query.map_err(|r| ApiError(AppError::Validation { message: r.body_text(), fields: Default::default() }))?;
     Ok(Json(offers::list_offers(&state.services, &query).await?))
 }

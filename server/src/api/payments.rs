@@ -1,10 +1,10 @@
 //! `/api/v1/wallet*`, `/api/v1/earnings*`, `/api/v1/payouts`, `/api/v1/admin/credits`, and
 //! Stripe's webhook endpoint `/stripe/webhook`.
 
-use crate::edges::{ApiError, ApiJson, ApiResult, Caller, PathId};
+use crate::edges::{ApiError, ApiJson, ApiQuery, ApiResult, Caller, PathId};
 use axum::{
     Json,
-    extract::{Query, State},
+    extract::State,
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
@@ -74,7 +74,7 @@ pub async fn get_top_up(Caller(services, caller): Caller, id: PathId) -> ApiResu
     responses((status = 200, body = Vec<LedgerEntry>), (status = 401, body = ErrorBody)))]
 pub async fn list_transactions(
     Caller(services, caller): Caller,
-    Query(page): Query<HistoryQuery>,
+    ApiQuery(page): ApiQuery<HistoryQuery>,
 ) -> ApiResult<Json<Vec<LedgerEntry>>> {
     Ok(Json(payments::list_transactions(&services, &caller, &page).await?))
 }
@@ -126,7 +126,7 @@ pub async fn get_earnings(Caller(services, caller): Caller) -> ApiResult<Json<Ea
     responses((status = 200, body = Vec<LedgerEntry>), (status = 403, body = ErrorBody)))]
 pub async fn list_earnings_entries(
     Caller(services, caller): Caller,
-    Query(page): Query<HistoryQuery>,
+    ApiQuery(page): ApiQuery<HistoryQuery>,
 ) -> ApiResult<Json<Vec<LedgerEntry>>> {
     Ok(Json(payouts::list_earnings_entries(&services, &caller, &page).await?))
 }

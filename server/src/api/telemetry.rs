@@ -3,10 +3,9 @@
 //! is re-checked every few seconds together with the caller's sign-in: a rental that ends, a
 //! session that signs out or an API token revoked closes the feed with an `end` event.
 
-use crate::edges::{ApiError, ApiResult, Caller, PathId, RequestSession};
+use crate::edges::{ApiError, ApiQuery, ApiResult, Caller, PathId, RequestSession};
 use axum::{
     Json,
-    extract::Query,
     http::StatusCode,
     response::sse::{Event, KeepAlive, Sse},
 };
@@ -56,7 +55,7 @@ impl ScopeQuery {
     responses((status = 200, body = TelemetryView), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get_telemetry(
     Caller(services, caller): Caller,
-    Query(query): Query<ScopeQuery>,
+    ApiQuery(query): ApiQuery<ScopeQuery>,
 ) -> ApiResult<Json<TelemetryView>> {
     Ok(Json(telemetry::view(&services, &caller, query.parse()?).await?))
 }
@@ -71,7 +70,7 @@ pub async fn get_telemetry(
 pub async fn live_telemetry(
     Caller(services, caller): Caller,
     RequestSession(session): RequestSession,
-    Query(query): Query<ScopeQuery>,
+    ApiQuery(query): ApiQuery<ScopeQuery>,
 ) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
     let grant = telemetry::grant(&services, &caller, query.parse()?).await?;
     if !grant.live {

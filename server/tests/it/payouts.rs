@@ -163,7 +163,7 @@ async fn concurrent_payouts_never_pay_out_more_than_is_available(backend: Backen
     // $45 earned an hour and more ago (available), then $90 just now (held back).
     let (provider, provider_id) = provider_with_earnings(&app, 50_000_000).await;
     let services = &app.services;
-    backdate_earnings(&app, provider_id).await;
+    backdate_earnings(&app).await;
     let renter_id =
         cardpool_service::accounts::principal_for_email(services, "customer@example.com").await.unwrap().user_id;
     let txn = cardpool_service::db::begin_write(&services.db).await.unwrap();
@@ -206,19 +206,17 @@ async fn concurrent_payouts_never_pay_out_more_than_is_available(backend: Backen
     assert_ledger_sound(&app).await;
 }
 
-/// Moves every earnings credit of `provider_id` two hours into the past (out of the hold).
-async fn backdate_earnings(app: &TestApp, provider_id: i64) {
+/// Moves everything booked so far two hours into the past (the provider's first earnings out
+/// of the hold). All of it, not only the earnings: transaction ids grow with time, and the
+/// hold is read from the first transaction of its window on.
+async fn backdate_earnings(app: &TestApp) {
     use sea_orm::ConnectionTrait;
     let db = &app.services.db;
     let backend = db.get_database_backend();
-    let (at, code) = if backend == sea_orm::DbBackend::Postgres { ("$1", "$2") } else { ("?", "?") };
-    let sql = format!(
-        "UPDATE ledger_transactions SET created_at = {at} WHERE id IN (SELECT p.transaction_id FROM \
-         ledger_postings p JOIN ledger_accounts a ON a.id = p.ledger_account_id WHERE a.code = {code})"
-    );
+    let at = if backend == sea_orm::DbBackend::Postgres { "$1" } else { "?" };
     let when = chrono::Utc::now() - chrono::Duration::hours(2);
-    let statement =
-        sea_orm::Statement::from_sql_and_values(backend, sql, [when.into(), Book::Earnings(provider_id).code().into()]);
+    let sql = format!("UPDATE ledger_transactions SET created_at = {at}");
+    let statement = sea_orm::Statement::from_sql_and_values(backend, sql, [when.into()]);
     assert!(db.execute_raw(statement).await.unwrap().rows_affected() > 0);
 }
 

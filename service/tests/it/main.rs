@@ -4,6 +4,7 @@
 //! `cardpool_service::testing`.
 
 mod accounts;
+mod fuzz_corpus;
 mod hosts;
 mod ledger;
 mod money;
