@@ -6,6 +6,7 @@ mod agents;
 mod cli;
 mod common;
 mod http;
+mod limits;
 mod logs;
 mod payments;
 mod payouts;

@@ -14,17 +14,23 @@
 
 use crate::{
     AppError, AppResult,
-    db::{DbResultExt, Sql, Violation},
+    db::{DbResultExt, Violation},
     entities::*,
 };
-use cardpool_domain::{money::format_dollars, payments::LedgerEntry};
+use cardpool_domain::money::format_dollars;
 use chrono::{DateTime, Utc};
 use sea_orm::{
     ActiveValue::Set,
-    ColumnTrait, ConnectionTrait, EntityTrait, FromQueryResult, PaginatorTrait, QueryFilter, QuerySelect, Statement,
+    ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QuerySelect,
     sea_query::OnConflict,
     sea_query::{Expr, ExprTrait},
 };
+
+mod audit;
+mod history;
+
+pub use audit::{LedgerCheck, verify};
+pub use history::{MAX_ENTRIES, credits_since, entries_after, entry_of, recent_entries};
 
 /// One account of the ledger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -250,7 +256,10 @@ async fn find_account(conn: &impl ConnectionTrait, code: &str) -> AppResult<Opti
     Ok(find_account_row(conn, code).await?.map(|a| a.id))
 }
 
-async fn find_account_row(conn: &impl ConnectionTrait, code: &str) -> AppResult<Option<ledger_accounts::Model>> {
+pub(super) async fn find_account_row(
+    conn: &impl ConnectionTrait,
+    code: &str,
+) -> AppResult<Option<ledger_accounts::Model>> {
     ledger_accounts::Entity::find()
         .filter(ledger_accounts::Column::Code.eq(code))
         .one(conn)
@@ -277,248 +286,6 @@ pub async fn balance(conn: &impl ConnectionTrait, book: Book) -> AppResult<i64> 
         .await
         .context("loading ledger balance")?
         .map_or(0, |a| a.balance_micros))
-}
-
-/// Entries one read returns at most.
-pub const MAX_ENTRIES: u64 = 500;
-
-#[derive(Debug, FromQueryResult)]
-struct EntryRow {
-    transaction_id: i64,
-    kind: String,
-    description: String,
-    amount_micros: i64,
-    created_at: DateTime<Utc>,
-}
-
-/// `book`'s postings joined to their transactions, in transaction order, `newest_first` or not,
-/// those past `cursor` (a transaction id), at most `limit` of them. One index range scan.
-async fn entry_rows(
-    conn: &impl ConnectionTrait,
-    account_id: i64,
-    cursor: Option<i64>,
-    newest_first: bool,
-    limit: u64,
-) -> AppResult<Vec<EntryRow>> {
-    let mut sql = Sql::new(conn.get_database_backend());
-    let account = sql.bind(account_id);
-    let (direction, past) = if newest_first { ("DESC", "<") } else { ("ASC", ">") };
-    let cursor = cursor.map(|c| format!(" AND p.transaction_id {past} {}", sql.bind(c))).unwrap_or_default();
-    let limit = sql.bind(i64::try_from(std::cmp::Ord::min(limit, MAX_ENTRIES)).unwrap_or(1));
-    let text = format!(
-        "SELECT p.transaction_id, t.kind, t.description, p.amount_micros, t.created_at \
-         FROM ledger_postings p JOIN ledger_transactions t ON t.id = p.transaction_id \
-         WHERE p.ledger_account_id = {account}{cursor} ORDER BY p.transaction_id {direction}, p.id {direction} LIMIT {limit}"
-    );
-    EntryRow::find_by_statement(Statement::from_sql_and_values(sql.backend, text, sql.values))
-        .all(conn)
-        .await
-        .context("loading ledger entries")
-}
-
-fn entry(row: EntryRow, balance_after_micros: i64) -> LedgerEntry {
-    LedgerEntry {
-        transaction_id: row.transaction_id,
-        kind: row.kind,
-        description: row.description,
-        amount_micros: row.amount_micros,
-        balance_after_micros,
-        created_at: row.created_at,
-    }
-}
-
-/// `book`'s newest entries, newest first, with the balance after each: the `limit` (at most
-/// [`MAX_ENTRIES`]) before transaction `before` when given. The balance after the newest is
-/// the account's (verified) balance less what came after it, so a page costs the same at any
-/// depth of history.
-pub async fn recent_entries(
-    conn: &impl ConnectionTrait,
-    book: Book,
-    before: Option<i64>,
-    limit: u64,
-) -> AppResult<Vec<LedgerEntry>> {
-    let Some(account) = find_account_row(conn, &book.code()).await? else {
-        return Ok(Vec::new());
-    };
-    let later = match before {
-        None => 0,
-        Some(before) => {
-            let mut sql = Sql::new(conn.get_database_backend());
-            let text = format!(
-                "SELECT CAST(COALESCE(SUM(amount_micros), 0) AS BIGINT) AS total FROM ledger_postings \
-                 WHERE ledger_account_id = {} AND transaction_id >= {}",
-                sql.bind(account.id),
-                sql.bind(before)
-            );
-            sum(conn, sql, text).await?
-        }
-    };
-    let mut balance = account.balance_micros - later;
-    let rows = entry_rows(conn, account.id, before, true, limit).await?;
-    Ok(rows
-        .into_iter()
-        .map(|row| {
-            let after = balance;
-            balance -= row.amount_micros;
-            entry(row, after)
-        })
-        .collect())
-}
-
-/// `book`'s entries oldest first from the beginning, a page at a time: the `limit` after
-/// transaction `after`, given the balance before them (zero from the start). For exports.
-pub async fn entries_after(
-    conn: &impl ConnectionTrait,
-    book: Book,
-    after: Option<i64>,
-    balance_before: i64,
-    limit: u64,
-) -> AppResult<Vec<LedgerEntry>> {
-    let Some(account) = find_account_row(conn, &book.code()).await? else {
-        return Ok(Vec::new());
-    };
-    let mut balance = balance_before;
-    Ok(entry_rows(conn, account.id, after, false, limit)
-        .await?
-        .into_iter()
-        .map(|row| {
-            balance += row.amount_micros;
-            entry(row, balance)
-        })
-        .collect())
-}
-
-/// `book`'s entry for transaction `transaction_id`, if it touched `book`.
-pub async fn entry_of(
-    conn: &impl ConnectionTrait,
-    book: Book,
-    transaction_id: i64,
-) -> AppResult<Option<(i64, DateTime<Utc>)>> {
-    let Some(account) = find_account_row(conn, &book.code()).await? else {
-        return Ok(None);
-    };
-    let rows = entry_rows(conn, account.id, Some(transaction_id - 1), false, 1).await?;
-    Ok(rows.into_iter().find(|r| r.transaction_id == transaction_id).map(|r| (r.amount_micros, r.created_at)))
-}
-
-#[derive(Debug, FromQueryResult)]
-struct Total {
-    total: i64,
-}
-
-async fn sum(conn: &impl ConnectionTrait, sql: Sql, text: String) -> AppResult<i64> {
-    Ok(Total::find_by_statement(Statement::from_sql_and_values(sql.backend, text, sql.values))
-        .one(conn)
-        .await
-        .context("summing postings")?
-        .map_or(0, |t| t.total))
-}
-
-/// Sum of the positive postings to `book` made at or after `since` (recent credits): those
-/// of the transactions from the first one at or after `since` on (transaction ids grow with
-/// time), one range of the (account, transaction) index, so the cost follows the recent
-/// postings, not the account's whole history.
-pub async fn credits_since(conn: &impl ConnectionTrait, book: Book, since: DateTime<Utc>) -> AppResult<i64> {
-    let Some(account) = find_account_row(conn, &book.code()).await? else {
-        return Ok(0);
-    };
-    let mut sql = Sql::new(conn.get_database_backend());
-    let (account, since) = (sql.bind(account.id), sql.bind(since));
-    let text = format!(
-        "SELECT CAST(COALESCE(SUM(amount_micros), 0) AS BIGINT) AS total FROM ledger_postings \
-         WHERE ledger_account_id = {account} AND amount_micros > 0 AND transaction_id >= \
-         (SELECT COALESCE(MIN(id), 9223372036854775807) FROM ledger_transactions WHERE created_at >= {since})"
-    );
-    sum(conn, sql, text).await
-}
-
-/// What [`verify`] found.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LedgerCheck {
-    pub transactions: u64,
-    pub accounts: u64,
-    /// Transactions whose postings do not sum to zero.
-    pub unbalanced_transactions: Vec<i64>,
-    /// Accounts whose cached balance differs from the sum of their postings.
-    pub drifted_accounts: Vec<String>,
-    /// People's accounts below zero.
-    pub negative_accounts: Vec<String>,
-    /// Sum of every balance; zero when money is conserved.
-    pub total_micros: i64,
-}
-
-impl LedgerCheck {
-    pub fn is_sound(&self) -> bool {
-        self.unbalanced_transactions.is_empty()
-            && self.drifted_accounts.is_empty()
-            && self.negative_accounts.is_empty()
-            && self.total_micros == 0
-    }
-}
-
-#[derive(Debug, FromQueryResult)]
-struct AccountSum {
-    code: String,
-    user_id: Option<i64>,
-    balance_micros: i64,
-    derived: i64,
-}
-
-/// Checks the ledger's invariants from the postings up, as aggregates the database computes:
-/// memory stays flat however many postings there are (the hourly audit runs this). Lists at
-/// most [`MAX_ENTRIES`] offenders of each kind.
-pub async fn verify(conn: &impl ConnectionTrait) -> AppResult<LedgerCheck> {
-    let backend = conn.get_database_backend();
-    let limit = MAX_ENTRIES;
-    #[derive(Debug, FromQueryResult)]
-    struct Id {
-        transaction_id: i64,
-    }
-    let unbalanced = Id::find_by_statement(Statement::from_string(
-        backend,
-        format!(
-            "SELECT transaction_id FROM ledger_postings GROUP BY transaction_id \
-             HAVING SUM(amount_micros) <> 0 ORDER BY transaction_id LIMIT {limit}"
-        ),
-    ))
-    .all(conn)
-    .await
-    .context("checking transactions balance")?;
-    let offenders = AccountSum::find_by_statement(Statement::from_string(
-        backend,
-        format!(
-            "SELECT a.code, a.user_id, a.balance_micros, CAST(COALESCE(d.derived, 0) AS BIGINT) AS derived \
-             FROM ledger_accounts a LEFT JOIN (SELECT ledger_account_id, SUM(amount_micros) AS derived \
-             FROM ledger_postings GROUP BY ledger_account_id) d ON d.ledger_account_id = a.id \
-             WHERE COALESCE(d.derived, 0) <> a.balance_micros OR (a.user_id IS NOT NULL AND COALESCE(d.derived, 0) < 0) \
-             ORDER BY a.code LIMIT {limit}"
-        ),
-    ))
-    .all(conn)
-    .await
-    .context("checking account balances")?;
-    let total = sum(
-        conn,
-        Sql::new(backend),
-        "SELECT CAST(COALESCE(SUM(amount_micros), 0) AS BIGINT) AS total FROM ledger_postings".into(),
-    )
-    .await?;
-    let mut check = LedgerCheck {
-        transactions: ledger_transactions::Entity::find().count(conn).await.context("counting transactions")?,
-        accounts: ledger_accounts::Entity::find().count(conn).await.context("counting ledger accounts")?,
-        unbalanced_transactions: unbalanced.into_iter().map(|u| u.transaction_id).collect(),
-        total_micros: total,
-        ..Default::default()
-    };
-    for account in offenders {
-        if account.derived != account.balance_micros {
-            check.drifted_accounts.push(account.code.clone());
-        }
-        if account.user_id.is_some() && account.derived < 0 {
-            check.negative_accounts.push(account.code);
-        }
-    }
-    Ok(check)
 }
 
 /// Charges `amount` of usage to a renter's wallet and credits the provider, less the platform
