@@ -7,10 +7,13 @@ use super::{Book, find_account_row};
 use crate::{
     AppResult,
     db::{DbResultExt, Sql},
+    entities::ledger_transactions,
 };
 use cardpool_domain::payments::LedgerEntry;
 use chrono::{DateTime, Utc};
-use sea_orm::{ConnectionTrait, FromQueryResult, Statement};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, EntityTrait, FromQueryResult, QueryFilter, QueryOrder, QuerySelect, Statement,
+};
 
 /// Entries one read returns at most.
 pub const MAX_ENTRIES: u64 = 500;
@@ -147,20 +150,33 @@ pub(super) async fn sum(conn: &impl ConnectionTrait, sql: Sql, text: String) -> 
         .map_or(0, |t| t.total))
 }
 
-/// Sum of the positive postings to `book` made at or after `since` (recent credits): those
-/// of the transactions from the first one at or after `since` on (transaction ids grow with
-/// time), one range of the (account, transaction) index, so the cost follows the recent
-/// postings, not the account's whole history.
+/// Sum of the positive postings to `book` made at or after `since` (recent credits): those of
+/// the transactions from the first one at or after `since` on (transaction ids grow with
+/// time), found first through the index on transaction time, then summed over one range of
+/// the (account, transaction) index with that id as a value (as a subquery PostgreSQL could
+/// not estimate it, and read half the table), so the cost follows the recent postings, not
+/// the account's whole history.
 pub async fn credits_since(conn: &impl ConnectionTrait, book: Book, since: DateTime<Utc>) -> AppResult<i64> {
     let Some(account) = find_account_row(conn, &book.code()).await? else {
         return Ok(0);
     };
+    let first: Option<i64> = ledger_transactions::Entity::find()
+        .select_only()
+        .column(ledger_transactions::Column::Id)
+        .filter(ledger_transactions::Column::CreatedAt.gte(since))
+        .order_by_asc(ledger_transactions::Column::CreatedAt)
+        .order_by_asc(ledger_transactions::Column::Id)
+        .limit(1)
+        .into_tuple()
+        .one(conn)
+        .await
+        .context("finding the window's first transaction")?;
+    let Some(first) = first else { return Ok(0) };
     let mut sql = Sql::new(conn.get_database_backend());
-    let (account, since) = (sql.bind(account.id), sql.bind(since));
+    let (account, first) = (sql.bind(account.id), sql.bind(first));
     let text = format!(
         "SELECT CAST(COALESCE(SUM(amount_micros), 0) AS BIGINT) AS total FROM ledger_postings \
-         WHERE ledger_account_id = {account} AND amount_micros > 0 AND transaction_id >= \
-         (SELECT COALESCE(MIN(id), 9223372036854775807) FROM ledger_transactions WHERE created_at >= {since})"
+         WHERE ledger_account_id = {account} AND amount_micros > 0 AND transaction_id >= {first}"
     );
     sum(conn, sql, text).await
 }
