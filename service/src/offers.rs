@@ -272,26 +272,33 @@ async fn uptimes(conn: &impl ConnectionTrait, rows: &[Row]) -> AppResult<HashMap
         return Ok(out);
     }
     // Only the window's events (the newest `MAX_UPTIME_EVENTS` of them for a page), and each
-    // host's last one before it, which says how the window began: a host that flapped for
-    // years costs a search no more than one that did not.
+    // host's last one before it (one query for the page), which says how the window began: a
+    // host that flapped for years costs a search no more than one that did not.
     let mut events = host_events::Entity::find()
-        .filter(host_events::Column::HostId.is_in(ids.clone()))
+        .filter(host_events::Column::HostId.is_in(ids.iter().copied()))
         .filter(host_events::Column::At.gte(window_start))
         .order_by_desc(host_events::Column::Id)
         .limit(MAX_UPTIME_EVENTS)
         .all(conn)
         .await
         .context("loading host events")?;
-    for id in ids {
-        let before = host_events::Entity::find()
-            .filter(host_events::Column::HostId.eq(id))
-            .filter(host_events::Column::At.lt(window_start))
-            .order_by_desc(host_events::Column::Id)
-            .one(conn)
+    let last_before = {
+        use sea_orm::sea_query::{Expr, ExprTrait, Query};
+        Query::select()
+            .expr(Expr::col(host_events::Column::Id).max())
+            .from(host_events::Entity)
+            .and_where(Expr::col(host_events::Column::HostId).is_in(ids))
+            .and_where(Expr::col(host_events::Column::At).lt(window_start))
+            .group_by_col(host_events::Column::HostId)
+            .to_owned()
+    };
+    events.extend(
+        host_events::Entity::find()
+            .filter(host_events::Column::Id.in_subquery(last_before))
+            .all(conn)
             .await
-            .context("loading host events")?;
-        events.extend(before);
-    }
+            .context("loading host events")?,
+    );
     events.sort_by_key(|e| (e.at, e.id));
     for row in rows {
         let transitions: Vec<(DateTime<Utc>, bool)> = events

@@ -78,6 +78,15 @@ impl<K: Eq + Hash + Clone> Windows<K> {
         self.events.entry(key).or_default().push_back(now);
     }
 
+    /// Counts an event for `key` if its budget allows, else says how long to wait.
+    fn take(&mut self, key: K, now: Instant) -> Result<(), Duration> {
+        if let Some(wait) = self.retry_after(&key, now) {
+            return Err(wait);
+        }
+        self.record(key, now);
+        Ok(())
+    }
+
     fn clear(&mut self, key: &K) {
         self.events.remove(key);
     }
@@ -121,13 +130,7 @@ impl SignInLimiter {
     /// rental), counted against the address's budget only: nothing a stranger does locks
     /// anyone else out.
     pub fn admit_source(&self, ip: IpAddr) -> Result<(), Duration> {
-        let now = Instant::now();
-        let mut ips = self.ips.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(wait) = ips.retry_after(&ip, now) {
-            return Err(wait);
-        }
-        ips.record(ip, now);
-        Ok(())
+        self.ips.lock().unwrap_or_else(|e| e.into_inner()).take(ip, Instant::now())
     }
 
     /// Admits and counts an account created from `ip`. This machine's own address is not
@@ -135,13 +138,7 @@ impl SignInLimiter {
     /// share it, and the site could take no more sign-ups.
     pub fn admit_sign_up(&self, ip: Option<IpAddr>) -> Result<(), Duration> {
         let Some(ip) = ip.filter(|ip| !ip.is_loopback()) else { return Ok(()) };
-        let now = Instant::now();
-        let mut sign_ups = self.sign_ups.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(wait) = sign_ups.retry_after(&ip, now) {
-            return Err(wait);
-        }
-        sign_ups.record(ip, now);
-        Ok(())
+        self.sign_ups.lock().unwrap_or_else(|e| e.into_inner()).take(ip, Instant::now())
     }
 
     /// Counts a failed attempt against the account from that source, and against the source.
