@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The site's figures, printed: the shipped bundle's sizes and caching, throughput and latency
+# The site's figures, printed: the shipped bundle's sizes and caching, what a first visit to a
+# page downloads before it is interactive (end2end/bench/first-load.mjs), throughput and latency
 # of the release server at 10,000 hosts on SQLite and PostgreSQL (server/examples/bench_offers.rs),
 # Lighthouse's mobile performance and accessibility scores for / and /offers on the demo, and SSH
 # through the gateway on the same demo (scripts/bench-ssh.sh).
@@ -12,7 +13,7 @@ source scripts/lib.sh
 
 ./scripts/bootstrap.sh --test
 export CARDPOOL_TEST_POSTGRES_URL="${CARDPOOL_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}"
-cargo leptos build --release --precompress
+cargo leptos build --release --precompress --split
 say "bench_offers (release server, 10,000 hosts)"
 RUSTFLAGS="--cfg erase_components" cargo run --release --locked -p cardpool-server --example bench_offers -- "$@"
 
@@ -41,6 +42,9 @@ for path in / /offers; do
     }' "$reports/$name.json" "$path"
 done
 rm -rf "$reports"
+
+say "Code a first visit downloads before the page is interactive (shell + the page's chunks)"
+(cd end2end && node bench/first-load.mjs "$SERVER_URL" / /offers /sign-in)
 
 say "SSH through the gateway (scp throughput, login time) on the demo"
 scripts/bench-ssh.sh "$SERVER_URL" "$SERVER_SSH_PORT"

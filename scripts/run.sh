@@ -17,7 +17,7 @@ if [[ "${1:-}" == "--check" ]]; then check=true; shift; fi
 
 if $check; then ./scripts/bootstrap.sh --test; else ./scripts/bootstrap.sh; fi
 # --precompress writes brotli and gzip copies of the bundle, which the server sends as they are.
-cargo leptos build --release --precompress
+cargo leptos build --release --precompress --split
 
 if $check; then
   # The command at the end of this script, from a scratch directory and on a free port.

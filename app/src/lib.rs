@@ -19,25 +19,11 @@ use components::{
 use leptos::prelude::*;
 use leptos_meta::{Link, Meta, MetaTags, Title, provide_meta_context};
 use leptos_router::{
+    Lazy,
     components::{Route, Router, Routes},
     path,
 };
-use pages::{
-    account::AccountPage,
-    admin::{AdminCreditsPage, AdminUsersPage},
-    api_tokens::ApiTokensPage,
-    earnings::EarningsPage,
-    fleet::AdminFleetPage,
-    home::HomePage,
-    hosts::{HostPage, HostsPage},
-    not_found::NotFoundPage,
-    offers::OffersPage,
-    rentals::{RentPage, RentalPage, RentalsPage},
-    sign_in::SignInPage,
-    sign_up::SignUpPage,
-    ssh_keys::SshKeysPage,
-    wallet::{ReceiptPage, WalletPage},
-};
+use pages::{not_found::NotFoundPage, *};
 
 /// The HTML document around the app, rendered on the server only.
 pub fn shell(options: LeptosOptions) -> impl IntoView {
@@ -73,24 +59,24 @@ pub fn App() -> impl IntoView {
                 <Header />
                 <main id="main" class="mx-auto w-full max-w-6xl flex-1 px-4 py-8 sm:px-6 lg:px-8">
                     <Routes fallback=NotFoundPage>
-                        <Route path=path!("/") view=HomePage />
-                        <Route path=path!("/offers") view=OffersPage />
-                        <Route path=path!("/rent") view=RentPage />
-                        <Route path=path!("/rentals") view=RentalsPage />
-                        <Route path=path!("/rentals/:id") view=RentalPage />
-                        <Route path=path!("/sign-up") view=SignUpPage />
-                        <Route path=path!("/sign-in") view=SignInPage />
-                        <Route path=path!("/account") view=AccountPage />
-                        <Route path=path!("/account/tokens") view=ApiTokensPage />
-                        <Route path=path!("/account/ssh-keys") view=SshKeysPage />
-                        <Route path=path!("/admin/fleet") view=AdminFleetPage />
-                        <Route path=path!("/admin/users") view=AdminUsersPage />
-                        <Route path=path!("/admin/credits") view=AdminCreditsPage />
-                        <Route path=path!("/wallet") view=WalletPage />
-                        <Route path=path!("/wallet/receipts/:id") view=ReceiptPage />
-                        <Route path=path!("/provider/earnings") view=EarningsPage />
-                        <Route path=path!("/provider/hosts") view=HostsPage />
-                        <Route path=path!("/provider/hosts/:id") view=HostPage />
+                        <Route path=path!("/") view={Lazy::<HomeRoute>::new()} />
+                        <Route path=path!("/offers") view={Lazy::<OffersRoute>::new()} />
+                        <Route path=path!("/rent") view={Lazy::<RentRoute>::new()} />
+                        <Route path=path!("/rentals") view={Lazy::<RentalsRoute>::new()} />
+                        <Route path=path!("/rentals/:id") view={Lazy::<RentalRoute>::new()} />
+                        <Route path=path!("/sign-up") view={Lazy::<SignUpRoute>::new()} />
+                        <Route path=path!("/sign-in") view={Lazy::<SignInRoute>::new()} />
+                        <Route path=path!("/account") view={Lazy::<AccountRoute>::new()} />
+                        <Route path=path!("/account/tokens") view={Lazy::<ApiTokensRoute>::new()} />
+                        <Route path=path!("/account/ssh-keys") view={Lazy::<SshKeysRoute>::new()} />
+                        <Route path=path!("/admin/fleet") view={Lazy::<AdminFleetRoute>::new()} />
+                        <Route path=path!("/admin/users") view={Lazy::<AdminUsersRoute>::new()} />
+                        <Route path=path!("/admin/credits") view={Lazy::<AdminCreditsRoute>::new()} />
+                        <Route path=path!("/wallet") view={Lazy::<WalletRoute>::new()} />
+                        <Route path=path!("/wallet/receipts/:id") view={Lazy::<ReceiptRoute>::new()} />
+                        <Route path=path!("/provider/earnings") view={Lazy::<EarningsRoute>::new()} />
+                        <Route path=path!("/provider/hosts") view={Lazy::<HostsRoute>::new()} />
+                        <Route path=path!("/provider/hosts/:id") view={Lazy::<HostRoute>::new()} />
                     </Routes>
                 </main>
                 <Footer />

@@ -2,10 +2,11 @@ import { expect, test, type Response } from "@playwright/test";
 import { failOnCspViolations, hydrated } from "./support";
 
 // The release site as a first visitor gets it (also run alone by `scripts/run.sh --check`):
-// the page hydrates, and the bundle arrives compressed, content-hashed and cached for good.
+// the page hydrates, and the bundle arrives compressed, content-hashed and cached for good,
+// with the page's own code as a chunk of its own (`--split`) and no other page's.
 failOnCspViolations();
 
-for (const path of ["/", "/offers"]) {
+for (const [path, own, other] of [["/", "home_route", "offers_route"], ["/offers", "offers_route", "home_route"]]) {
   test(`${path} hydrates with a compressed, immutable bundle`, async ({ page }) => {
     const bundle: Response[] = [];
     page.on("response", (res) => {
@@ -16,6 +17,8 @@ for (const path of ["/", "/offers"]) {
     await hydrated(page);
     const names = bundle.map((res) => new URL(res.url()).pathname);
     expect(names.some((name) => /^\/pkg\/cardpool\.[\w-]+\.wasm$/.test(name)), names.join(", ")).toBe(true);
+    expect(names.some((name) => name.includes(`split___${own}_view`)), `${own} chunk in ${names.join(", ")}`).toBe(true);
+    expect(names.some((name) => name.includes(`split___${other}_view`)), `${other} chunk fetched for ${path}`).toBe(false);
     for (const res of bundle) {
       const headers = await res.allHeaders();
       expect(["br", "gzip"], `${res.url()} content-encoding`).toContain(headers["content-encoding"]);

@@ -5,13 +5,15 @@
 //! - the shipped bundle (JavaScript, wasm, stylesheet) raw and as sent to a browser that
 //!   accepts brotli or gzip, and the caching headers it gets;
 //! - requests per second and latency of `/healthz`, static files served from memory, the
-//!   server-rendered `/offers` and the offers API, at full load (`BENCH_CONCURRENCY` clients
-//!   back to back), and `/offers` against a static file of the same server side by side;
+//!   server-rendered `/offers` (for visitors, kept between market changes by the server's
+//!   page cache, and for someone signed in, rendered every time) and the offers API, at full
+//!   load (`BENCH_CONCURRENCY` clients back to back), and `/offers` against a static file of
+//!   the same server side by side;
 //! - the default offer search at half of the capacity just measured: an open-loop arrival
 //!   rate, latency counted from each request's scheduled start (no coordinated omission).
 //!
 //! ```sh
-//! cargo leptos build --release --precompress      # the site and the server binary
+//! cargo leptos build --release --precompress --split   # the site and the server binary
 //! cargo run --release -p cardpool-server --example bench_offers            # both backends
 //! cargo run --release -p cardpool-server --example bench_offers -- sqlite  # one
 //! ```
@@ -136,7 +138,11 @@ impl Drop for Server {
 async fn start_server(database_url: &str) -> Server {
     let workspace = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
     let bin = std::env::var("CARDPOOL_BIN").map(PathBuf::from).unwrap_or(workspace.join("target/release/cardpool"));
-    assert!(bin.exists(), "{} is missing: run `cargo leptos build --release --precompress` first", bin.display());
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo leptos build --release --precompress --split` first",
+        bin.display()
+    );
     let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
     let scratch = tempfile::tempdir().expect("scratch dir");
     let child = Command::new(&bin)
@@ -178,9 +184,13 @@ impl Figures {
     }
 }
 
-fn client(concurrency: usize) -> reqwest::Client {
+/// A browser's client: its encodings, and its session cookie when `cookie` is set.
+fn client(concurrency: usize, cookie: Option<&str>) -> reqwest::Client {
     let mut headers = reqwest::header::HeaderMap::new();
     headers.insert(reqwest::header::ACCEPT_ENCODING, BROWSER_ENCODINGS.parse().expect("header"));
+    if let Some(cookie) = cookie {
+        headers.insert(reqwest::header::COOKIE, cookie.parse().expect("cookie"));
+    }
     reqwest::Client::builder().pool_max_idle_per_host(concurrency).default_headers(headers).build().expect("client")
 }
 
@@ -192,8 +202,8 @@ async fn fetch(client: &reqwest::Client, url: &str) -> bool {
 }
 
 /// `concurrency` clients sending back to back for `duration`: the server's capacity.
-async fn closed_loop(url: &str, concurrency: usize, duration: Duration) -> Figures {
-    let client = client(concurrency);
+async fn closed_loop(url: &str, concurrency: usize, duration: Duration, cookie: Option<&str>) -> Figures {
+    let client = client(concurrency, cookie);
     let deadline = Instant::now() + duration;
     let start = Instant::now();
     let workers: Vec<_> = (0..concurrency)
@@ -228,8 +238,8 @@ async fn closed_loop(url: &str, concurrency: usize, duration: Duration) -> Figur
 
 /// Requests started at a fixed `rate` whether or not earlier ones have answered; each
 /// latency runs from the request's scheduled start.
-async fn open_loop(url: &str, rate: f64, duration: Duration) -> Figures {
-    let client = client(64);
+async fn open_loop(url: &str, rate: f64, duration: Duration, cookie: Option<&str>) -> Figures {
+    let client = client(64, cookie);
     let interval = Duration::from_secs_f64(1.0 / rate.max(1.0));
     let start = Instant::now();
     let mut tasks = Vec::new();
@@ -252,6 +262,20 @@ async fn open_loop(url: &str, rate: f64, duration: Duration) -> Figures {
     }
     figures.latencies.sort();
     figures
+}
+
+/// A new account's session cookie (`name=value`), signed up through the API.
+async fn sign_up(base: &str) -> String {
+    let email = format!("bench-{}@example.com", std::process::id());
+    let res = reqwest::Client::new()
+        .post(format!("{base}/api/v1/auth/sign-up"))
+        .json(&serde_json::json!({"email": email, "password": "a bench password"}))
+        .send()
+        .await
+        .expect("sign up");
+    assert!(res.status().is_success(), "sign-up: {}", res.status());
+    let cookie = res.headers().get(reqwest::header::SET_COOKIE).and_then(|v| v.to_str().ok()).expect("session cookie");
+    cookie.split(';').next().unwrap_or_default().to_owned()
 }
 
 /// The bundle's files as the page links them: `(label, path)`.
@@ -335,25 +359,46 @@ async fn main() {
             "/api/v1/offers".to_owned(),
             "/api/v1/offers?kind=spot&max_price=0.50&sort=availability&page=20".to_owned(),
         ] {
-            let f = closed_loop(&format!("{base}{path}"), concurrency, seconds).await;
+            let f = closed_loop(&format!("{base}{path}"), concurrency, seconds, None).await;
             let shown = if path.len() > 58 { &path[..58] } else { &path[..] };
             println!("{shown:<58} {:>9.1} {:>9.2} {:>9.2} {:>7}", f.rate(), f.ms(0.50), f.ms(0.99), f.errors);
             rates.insert(path, f.rate());
         }
+        // Someone signed in is never served the page kept for visitors: their own rendering.
+        let cookie = sign_up(&base).await;
+        let f = closed_loop(&format!("{base}/offers"), concurrency, seconds, Some(&cookie)).await;
         println!(
-            "/offers ÷ static stylesheet from memory: {:.2} (goal >= 0.25)",
-            rates["/offers"] / rates[&css].max(f64::MIN_POSITIVE)
+            "{:<58} {:>9.1} {:>9.2} {:>9.2} {:>7}",
+            "/offers (signed in)",
+            f.rate(),
+            f.ms(0.50),
+            f.ms(0.99),
+            f.errors
+        );
+        let signed_in_rate = f.rate();
+        println!(
+            "/offers ÷ static stylesheet from memory: {:.2} for visitors, {:.2} signed in (goal >= 0.25)",
+            rates["/offers"] / rates[&css].max(f64::MIN_POSITIVE),
+            signed_in_rate / rates[&css].max(f64::MIN_POSITIVE)
         );
 
         println!(
             "\n{:<58} {:>9} {:>9} {:>9} {:>7}",
             "URL (half of capacity, open loop)", "req/s", "p50 ms", "p99 ms", "errors"
         );
-        for path in ["/offers", "/api/v1/offers"] {
-            let rate = rates[path] / 2.0;
-            let f = open_loop(&format!("{base}{path}"), rate, seconds).await;
+        // The control: a static file from memory at the visitors' page rate. Its tail is what
+        // this machine and the load generator in this process give any request at that rate.
+        for (path, rate, cookie) in [
+            (css.as_str(), rates["/offers"] / 2.0, None),
+            ("/offers", rates["/offers"] / 2.0, None),
+            ("/api/v1/offers", rates["/api/v1/offers"] / 2.0, None),
+            ("/offers (signed in)", signed_in_rate / 2.0, Some(cookie.as_str())),
+        ] {
+            let url = format!("{base}{}", path.trim_end_matches(" (signed in)"));
+            let f = open_loop(&url, rate, seconds, cookie).await;
+            let shown = if path.len() > 58 { &path[..58] } else { path };
             println!(
-                "{path:<58} {:>9.1} {:>9.2} {:>9.2} {:>7}   (goal p99 < 50 ms)",
+                "{shown:<58} {:>9.1} {:>9.2} {:>9.2} {:>7}   (goal p99 < 50 ms)",
                 f.rate(),
                 f.ms(0.50),
                 f.ms(0.99),

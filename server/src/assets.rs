@@ -7,8 +7,9 @@
 //! few megabytes, so it is read once at start-up, with the brotli and gzip siblings that
 //! `cargo leptos build --release --precompress` writes beside each file, and answered from
 //! memory: the best encoding the browser accepts, a strong `ETag` (304 on a match), and
-//! `Cache-Control: immutable` for the content-hashed files cargo-leptos names in `hash.txt`
-//! (their name changes whenever their bytes do), `no-cache` (revalidate) for the rest.
+//! `Cache-Control: immutable` for the content-hashed files cargo-leptos writes under the package
+//! folder when `hash-files` is on (their name changes whenever their bytes do), `no-cache`
+//! (revalidate) for the rest.
 //!
 //! Under `cargo leptos watch` (`LEPTOS_WATCH` set) files change while the server runs, so they
 //! are read from disk on each request instead.
@@ -51,29 +52,14 @@ pub struct Assets {
     live_root: Option<PathBuf>,
 }
 
-/// The content-hashed names of the bundle, from the `hash.txt` cargo-leptos writes beside the
-/// server binary when `hash-files` is on (lines `js: HASH`, `wasm: HASH`, `css: HASH`).
-pub fn hashed_names(hash_file: &str, output_name: &str) -> Vec<String> {
-    hash_file
-        .lines()
-        .filter_map(|line| line.split_once(':'))
-        .filter_map(|(kind, hash)| {
-            let ext = match kind.trim() {
-                "js" => "js",
-                "wasm" => "wasm",
-                "css" => "css",
-                _ => return None,
-            };
-            Some(format!("{output_name}.{}.{ext}", hash.trim()))
-        })
-        .collect()
-}
-
 impl Assets {
-    /// Reads every file under `root` into memory. `immutable` lists the file names (not paths)
-    /// whose content is named by their hash. A missing root gives an empty table: pages still
-    /// render, without styles or hydration, and the log says why.
-    pub fn load(root: &Path, immutable: &[String]) -> Assets {
+    /// Reads every file under `root` into memory. `hashed_dir` is the folder under `root` whose
+    /// files are named by their content (cargo-leptos' package folder when `hash-files` is on:
+    /// the bundle, the stylesheet, the chunks `--split` writes and their loader), except
+    /// wasm-bindgen's `snippets/`, which keep their names. A missing root gives an empty table:
+    /// pages still render, without styles or hydration, and the log says why.
+    pub fn load(root: &Path, hashed_dir: Option<&str>) -> Assets {
+        let hashed = hashed_dir.map(|dir| format!("/{}/", dir.trim_matches('/')));
         if std::env::var_os("LEPTOS_WATCH").is_some() {
             return Assets { files: Arc::default(), live_root: Some(root.to_owned()) };
         }
@@ -109,7 +95,10 @@ impl Assets {
                 }
                 let etag = HeaderValue::from_str(&format!("\"{}\"", &hex::encode(Sha256::digest(&identity))[..32]))
                     .expect("hex is a valid header value");
-                let cache_control = if immutable.iter().any(|n| n == name) { IMMUTABLE } else { REVALIDATE };
+                let content_named = hashed
+                    .as_deref()
+                    .is_some_and(|dir| url.starts_with(dir) && !url[dir.len()..].starts_with("snippets/"));
+                let cache_control = if content_named { IMMUTABLE } else { REVALIDATE };
                 let asset = Asset {
                     identity: Bytes::from(identity),
                     brotli,
@@ -242,8 +231,10 @@ mod tests {
         std::fs::write(dir.path().join("pkg/app.abc.wasm"), b"wasm bytes").unwrap();
         std::fs::write(dir.path().join("pkg/app.abc.wasm.br"), b"br").unwrap();
         std::fs::write(dir.path().join("pkg/app.abc.wasm.gz"), b"gz").unwrap();
+        std::fs::create_dir_all(dir.path().join("pkg/snippets/app-1")).unwrap();
+        std::fs::write(dir.path().join("pkg/snippets/app-1/inline0.js"), b"export {}").unwrap();
         std::fs::write(dir.path().join("favicon.svg"), b"<svg/>").unwrap();
-        let assets = Assets::load(dir.path(), &["app.abc.wasm".to_owned()]);
+        let assets = Assets::load(dir.path(), Some("pkg"));
         (dir, assets)
     }
 
@@ -291,6 +282,9 @@ mod tests {
         assert_eq!(icon.headers()[header::CACHE_CONTROL], REVALIDATE, "not content-hashed: revalidated");
         assert!(icon.headers().get(header::CONTENT_ENCODING).is_none(), "no precompressed copy");
 
+        let snippet = assets.respond(&m, "/pkg/snippets/app-1/inline0.js", &get(None, None)).await.unwrap();
+        assert_eq!(snippet.headers()[header::CACHE_CONTROL], REVALIDATE, "wasm-bindgen snippets keep their names");
+
         let head = assets.respond(&Method::HEAD, "/favicon.svg", &get(None, None)).await.unwrap();
         assert_eq!(head.headers()[header::CONTENT_LENGTH], "6");
         assert!(body(head).await.is_empty());
@@ -298,11 +292,5 @@ mod tests {
         assert!(assets.respond(&m, "/missing.js", &get(None, None)).await.is_none());
         assert!(assets.respond(&m, "/pkg/../favicon.svg", &get(None, None)).await.is_none());
         assert!(assets.respond(&Method::POST, "/favicon.svg", &get(None, None)).await.is_none());
-    }
-
-    #[test]
-    fn reads_cargo_leptos_hash_file() {
-        let names = hashed_names("js: AbC\nwasm: dEf\ncss: GhI\nsplit: x\n", "cardpool");
-        assert_eq!(names, ["cardpool.AbC.js", "cardpool.dEf.wasm", "cardpool.GhI.css"]);
     }
 }

@@ -2,8 +2,9 @@
 
 use crate::{
     Config, api,
-    assets::{self, Assets},
+    assets::Assets,
     edges::{ApiError, SESSION_COOKIE},
+    page_cache::PageCache,
 };
 use axum::{
     Router,
@@ -54,14 +55,14 @@ pub fn leptos_options(config: &Config) -> LeptosOptions {
         .site_root(config.site_root.to_string_lossy().into_owned())
         .site_pkg_dir("pkg")
         .site_addr(config.addr)
-        .hash_files(hash_file().is_some())
+        .hash_files(files_hashed())
         .build()
 }
 
-/// The `hash.txt` cargo-leptos writes beside the server binary when `hash-files` is on.
-fn hash_file() -> Option<String> {
-    let exe = std::env::current_exe().ok()?;
-    std::fs::read_to_string(exe.parent()?.join("hash.txt")).ok()
+/// Whether the site was built with content-hashed names: cargo-leptos then writes `hash.txt`
+/// beside the server binary.
+fn files_hashed() -> bool {
+    std::env::current_exe().ok().and_then(|exe| Some(exe.parent()?.join("hash.txt"))).is_some_and(|f| f.is_file())
 }
 
 /// The whole application as one router.
@@ -81,8 +82,8 @@ pub fn router(services: Services, leptos_options: LeptosOptions, options: HttpOp
         crate::gateway::GatewayOptions { heartbeat_interval: options.heartbeat_interval, metrics: metrics.clone() };
     let metrics_token = crate::metrics::MetricsToken(options.metrics_token.as_deref().map(Arc::from));
     let options = Arc::new(options);
-    let immutable = hash_file().map(|f| assets::hashed_names(&f, OUTPUT_NAME)).unwrap_or_default();
-    let assets = Assets::load(std::path::Path::new(&*state.leptos_options.site_root), &immutable);
+    let hashed_dir = files_hashed().then_some(&*state.leptos_options.site_pkg_dir);
+    let assets = Assets::load(std::path::Path::new(&*state.leptos_options.site_root), hashed_dir);
 
     Router::new()
         .route("/healthz", get(healthz))
@@ -95,6 +96,7 @@ pub fn router(services: Services, leptos_options: LeptosOptions, options: HttpOp
             move || shell(leptos_options.clone())
         })
         .fallback(move |state: State<AppState>, req: Request| static_file_or_not_found(assets.clone(), state, req))
+        .layer(from_fn_with_state((PageCache::default(), state.services.clone()), crate::page_cache::serve))
         .layer(compression())
         .layer(axum::Extension(gateway))
         .layer(axum::Extension(metrics_token))

@@ -190,10 +190,11 @@ pub async fn record_heartbeat(services: &Services, host: &hosts::Model) -> AppRe
         .context("marking host online")?
         .rows_affected
         == 1;
+    let mut stock_change = None;
     if came_online {
         record_event(&txn, host.id, HostStatus::Online, "agent connected", now).await?;
         crate::alerts::resolve(&txn, AlertKind::HostOffline, host.id, None).await?;
-        crate::stock::refresh_stock(&txn, host.id).await?;
+        stock_change = Some(crate::stock::refresh_stock(&txn, host.id).await?);
     } else {
         hosts::Entity::update_many()
             .col_expr(hosts::Column::LastHeartbeatAt, Expr::value(now))
@@ -203,7 +204,11 @@ pub async fn record_heartbeat(services: &Services, host: &hosts::Model) -> AppRe
             .await
             .context("recording heartbeat")?;
     }
-    txn.commit().await.context("committing heartbeat")
+    txn.commit().await.context("committing heartbeat")?;
+    if let Some(change) = stock_change {
+        change.published(services);
+    }
+    Ok(())
 }
 
 /// Marks online hosts silent for longer than `grace` offline. Returns the ids it marked.
@@ -240,13 +245,17 @@ async fn set_offline(services: &Services, host_id: i64, reason: &str) -> AppResu
         .context("marking host offline")?
         .rows_affected
         == 1;
+    let mut stock_change = None;
     if changed {
         record_event(&txn, host_id, HostStatus::Offline, reason, now).await?;
         crate::alerts::raise(&txn, AlertKind::HostOffline, host_id, None, None, format!("host went offline: {reason}"))
             .await?;
-        crate::stock::refresh_stock(&txn, host_id).await?;
+        stock_change = Some(crate::stock::refresh_stock(&txn, host_id).await?);
     }
     txn.commit().await.context("committing offline transition")?;
+    if let Some(change) = stock_change {
+        change.published(services);
+    }
     if changed {
         let last_heartbeat = hosts::Entity::find_by_id(host_id)
             .one(&services.db)
@@ -333,8 +342,9 @@ pub async fn record_inventory(services: &Services, host: &hosts::Model, inventor
         row.updated_at = Set(now);
         row.update(&txn).await.context("marking gpu missing")?;
     }
-    crate::stock::refresh_stock(&txn, host.id).await?;
+    let stock_change = crate::stock::refresh_stock(&txn, host.id).await?;
     txn.commit().await.context("committing inventory")?;
+    stock_change.published(services);
     Ok(())
 }
 
@@ -453,8 +463,9 @@ pub async fn revoke_host(services: &Services, principal: &Principal, host_id: i6
     row.status = Set(HostStatus::Revoked.as_str().into());
     row.update(&txn).await.context("revoking host")?;
     record_event(&txn, host_id, HostStatus::Revoked, "revoked by its provider", now).await?;
-    crate::stock::refresh_stock(&txn, host_id).await?;
+    let stock_change = crate::stock::refresh_stock(&txn, host_id).await?;
     txn.commit().await.context("committing revocation")?;
+    stock_change.published(services);
     tracing::info!(host.id = host_id, by = principal.user_id, "host revoked");
     // Its rentals end now, billed to this moment (the agent is cut off and runs nothing more).
     crate::rentals::interrupt_host(services, host_id, Some(now), "the host was revoked by its provider").await?;
@@ -533,8 +544,9 @@ pub async fn update_host_pricing(
         .exec(&txn)
         .await
         .context("saving prices")?;
-    crate::stock::refresh_stock(&txn, host.id).await?;
+    let stock_change = crate::stock::refresh_stock(&txn, host.id).await?;
     txn.commit().await.context("committing prices")?;
+    stock_change.published(services);
     tracing::info!(host.id = host.id, model = %price.gpu_model, "prices updated");
     Ok(price.clone())
 }
@@ -574,6 +586,8 @@ pub async fn set_host_listed(services: &Services, principal: &Principal, host_id
     let mut row = host.into_active_model();
     row.listed = Set(listed);
     row.update(&txn).await.context("saving listing")?;
-    crate::stock::refresh_stock(&txn, host_id).await?;
-    txn.commit().await.context("committing listing")
+    let stock_change = crate::stock::refresh_stock(&txn, host_id).await?;
+    txn.commit().await.context("committing listing")?;
+    stock_change.published(services);
+    Ok(())
 }

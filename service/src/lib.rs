@@ -115,6 +115,8 @@ pub struct Services {
     pub tunnels: Arc<tunnels::TunnelHub>,
     /// Each host's one live agent connection (a newer one ends the older).
     pub connections: Arc<agent_links::AgentConnections>,
+    /// Committed changes to the offer stock (see `stock`).
+    pub stock_version: Arc<stock::StockVersion>,
 }
 
 impl Services {
@@ -133,6 +135,7 @@ impl Services {
             logs: Arc::default(),
             tunnels: Arc::default(),
             connections: Arc::default(),
+            stock_version: Arc::default(),
         })
     }
 }

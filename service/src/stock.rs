@@ -6,20 +6,49 @@
 //! of them: its GPUs or holds (inventory, booking, release), its status (online, offline,
 //! revoked), its listing and its prices. So the stock is never stale. [`rebuild_stock`] redoes
 //! all of it at start-up, for holds that ended while the server was down.
+//!
+//! [`StockVersion`] counts the committed changes in this process, so a rendering of the market
+//! kept for a moment (the server's page cache for visitors) knows when it is out of date.
 
 use crate::{
-    AppResult,
+    AppResult, Services,
     db::{DbResultExt, Sql},
 };
 use cardpool_domain::host::HostStatus;
 use chrono::Utc;
 use sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// How many committed changes to the offer stock this process has made. A copy of anything
+/// rendered from the stock is current while this number has not moved (other processes'
+/// changes are not counted: such copies also expire by age).
+#[derive(Debug, Default)]
+pub struct StockVersion(AtomicU64);
+
+impl StockVersion {
+    pub fn current(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// A refresh of the stock in a transaction that has not committed yet. Publish it once the
+/// commit is through: counted before, a reader could copy the old rows under the new number
+/// and keep serving them.
+#[must_use = "call `.published(services)` once the transaction has committed"]
+pub struct StockChange(());
+
+impl StockChange {
+    pub fn published(self, services: &Services) {
+        services.stock_version.0.fetch_add(1, Ordering::AcqRel);
+    }
+}
 
 /// The stock of one host: its free GPUs (from its GPUs and their holds) and its market facts
-/// (status, listing, prices, location). Call it last in a transaction that changed any of them: on
-/// PostgreSQL it takes the host's advisory lock first, so concurrent refreshes of one host run one after the other and each sees the one before it
-/// (taken last, the lock never waits inside a lock chain, so it cannot deadlock).
-pub async fn refresh_stock(conn: &impl ConnectionTrait, host_id: i64) -> AppResult<()> {
+/// (status, listing, prices, location). Call it last in a transaction that changed any of them,
+/// and publish what it returns after the commit. On PostgreSQL it takes the host's advisory lock
+/// first, so concurrent refreshes of one host run one after the other and each sees the one
+/// before it (taken last, the lock never waits inside a lock chain, so it cannot deadlock).
+pub async fn refresh_stock(conn: &impl ConnectionTrait, host_id: i64) -> AppResult<StockChange> {
     let backend = conn.get_database_backend();
     if backend == DbBackend::Postgres {
         conn.execute_raw(Statement::from_sql_and_values(
@@ -44,7 +73,7 @@ pub async fn refresh_stock(conn: &impl ConnectionTrait, host_id: i64) -> AppResu
     conn.execute_raw(Statement::from_sql_and_values(backend, select, insert.values))
         .await
         .context("refreshing host stock")?;
-    Ok(())
+    Ok(StockChange(()))
 }
 
 /// Recomputes the whole stock (at start-up: holds that ended while the server was down).

@@ -8,6 +8,7 @@ mod common;
 mod http;
 mod limits;
 mod logs;
+mod pages;
 mod payments;
 mod payouts;
 mod rentals;

@@ -80,8 +80,9 @@ pub async fn book_offer(services: &Services, principal: &Principal, request: &Bo
     record(&txn, rental.id, RentalState::Requested, reason, now).await?;
     let host_id = quote.host.id;
     reprice_spot(services, &txn, host_id, &request.gpu_model, now).await?;
-    stock::refresh_stock(&txn, host_id).await?;
+    let stock_change = stock::refresh_stock(&txn, host_id).await?;
     txn.commit().await.or_violation(NO_OVERLAP, taken, "committing booking")?;
+    stock_change.published(services);
     tracing::info!(rental.id = rental.id, host.id = host_id, kind = request.kind.as_str(), gpus = ?choice.gpus, "rental booked");
     services.signals.notify(host_id);
     let rental = rentals::Entity::find_by_id(rental.id).one(&services.db).await.context("loading rental")?;

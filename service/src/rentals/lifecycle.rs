@@ -47,8 +47,9 @@ pub async fn transition(services: &Services, rental_id: i64, next: RentalState, 
     let rental = load_for_update(&txn, rental_id).await?;
     let host_id = rental.host_id;
     let rental = after_change(services, &txn, apply(&txn, rental, next, reason, now).await?, now).await?;
-    stock::refresh_stock(&txn, host_id).await?;
+    let stock_change = stock::refresh_stock(&txn, host_id).await?;
     txn.commit().await.context("committing rental transition")?;
+    stock_change.published(services);
     services.signals.notify(host_id);
     dto(&services.db, rental).await
 }
@@ -78,8 +79,9 @@ pub async fn stop_rental(services: &Services, principal: &Principal, rental_id: 
         apply(&txn, rental, RentalState::Stopping, "stop requested by the renter", now).await?
     };
     let rental = after_change(services, &txn, rental, now).await?;
-    stock::refresh_stock(&txn, host_id).await?;
+    let stock_change = stock::refresh_stock(&txn, host_id).await?;
     txn.commit().await.context("committing stop")?;
+    stock_change.published(services);
     services.signals.notify(host_id);
     dto(&services.db, rental).await
 }
@@ -159,8 +161,9 @@ pub async fn record_workload_status(
     }
     let rental = apply(&txn, rental, next, &reason, now).await?;
     after_change(services, &txn, rental, now).await?;
-    stock::refresh_stock(&txn, host_id).await?;
+    let stock_change = stock::refresh_stock(&txn, host_id).await?;
     txn.commit().await.context("committing workload report")?;
+    stock_change.published(services);
     tracing::info!(rental.id = rental_id, host.id = host_id, state = next.as_str(), "rental {reason}");
     Ok(())
 }
@@ -221,13 +224,17 @@ pub async fn reconcile_running(services: &Services, host_id: i64, running_on_age
     for &rental_id in &missing {
         let txn = begin_write(&services.db).await.context("starting reconciliation")?;
         let rental = load_for_update(&txn, rental_id).await?;
+        let mut stock_change = None;
         if rental.state == RentalState::Running.as_str() && rental.workload_exited_at.is_none() {
             let reason = "the workload is no longer running on the host (did the host restart?)";
             let rental = apply(&txn, rental, RentalState::Failed, reason, now).await?;
             after_change(services, &txn, rental, now).await?;
-            stock::refresh_stock(&txn, host_id).await?;
+            stock_change = Some(stock::refresh_stock(&txn, host_id).await?);
         }
         txn.commit().await.context("committing reconciliation")?;
+        if let Some(change) = stock_change {
+            change.published(services);
+        }
         tracing::warn!(rental.id = rental_id, host.id = host_id, "rental's workload vanished from its host");
     }
     Ok(missing)

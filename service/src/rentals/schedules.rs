@@ -46,8 +46,9 @@ pub async fn run_schedules(services: &Services) -> AppResult<()> {
             let rental = update.update(&txn).await.context("ending window")?;
             after_change(services, &txn, rental, now).await?;
         }
-        stock::refresh_stock(&txn, host_id).await?;
+        let stock_change = stock::refresh_stock(&txn, host_id).await?;
         txn.commit().await.context("committing window end")?;
+        stock_change.published(services);
         services.signals.notify(host_id);
     }
     // Spot rentals whose holds were shortened by a future reservation.
@@ -135,8 +136,9 @@ pub async fn interrupt_host(
             let rental = apply(&txn, rental, RentalState::Interrupted, reason, now).await?;
             after_change(services, &txn, rental, now).await?;
         }
-        stock::refresh_stock(&txn, host_id).await?;
+        let stock_change = stock::refresh_stock(&txn, host_id).await?;
         txn.commit().await.context("committing interruption")?;
+        stock_change.published(services);
     }
     Ok(())
 }

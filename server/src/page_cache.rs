@@ -1,0 +1,320 @@
+//! Server-rendered market pages for visitors who are not signed in, kept until the market
+//! changes.
+//!
+//! Why: `/offers` is what links, crawlers and first visits hit, and every visitor without a
+//! session gets the very same page. Rendering it costs an offer search, a count, an uptime read
+//! and twenty offer cards (about 1.7 ms of CPU, some forty static files' worth), so a rendering
+//! is kept and served again while
+//! - this process has committed no change to the offer stock since (`stock::StockVersion`
+//!   moves only after a change commits, so a kept page never shows less than was committed
+//!   when the visitor asked), and
+//! - it is younger than [`MAX_AGE`], which bounds what the version does not count: other
+//!   replicas' changes, uptime percentages, the latest spot prices.
+//!
+//! A request with a session cookie always gets a fresh rendering (its header names the
+//! account). Each response still carries a CSP nonce of its own: a page is kept cut at every
+//! occurrence of the nonce it was rendered with and served joined with a fresh one. Browsers
+//! ask for gzip, and compressing the page again for every response would cost most of what
+//! keeping it saves, so each piece is also kept deflated on its own (flushed to a byte
+//! boundary), and a response is stitched into one valid gzip stream: the pieces, the nonce as a
+//! stored block between them, an empty final block and the checksum of the whole.
+
+use axum::{
+    body::{Body, Bytes},
+    extract::{Request, State},
+    http::{HeaderMap, HeaderValue, Method, StatusCode, header},
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
+use cardpool_service::Services;
+use flate2::{Compression, write::DeflateEncoder};
+use rand::RngCore;
+use std::{
+    collections::HashMap,
+    io::Write,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+/// The pages kept: the same for every visitor without a session.
+const PAGES: [&str; 2] = ["/", "/offers"];
+/// Longest a kept page is served, whatever the version says.
+pub const MAX_AGE: Duration = Duration::from_secs(1);
+/// Distinct URLs kept at most (filter combinations are the visitor's to choose).
+const MAX_ENTRIES: usize = 256;
+/// Longest URL kept (path and query).
+const MAX_KEY_LEN: usize = 512;
+/// Largest page kept; a larger rendering is refused with a 500 rather than held in memory.
+const MAX_PAGE_BYTES: usize = 2 * 1024 * 1024;
+
+/// The kept pages (shared by clones).
+#[derive(Clone, Default)]
+pub struct PageCache {
+    kept: Arc<Mutex<HashMap<String, Arc<Kept>>>>,
+}
+
+/// One rendering, cut at its nonce.
+struct Kept {
+    version: u64,
+    at: Instant,
+    headers: HeaderMap,
+    /// The `Content-Security-Policy` value, cut at the nonce.
+    policy: Vec<String>,
+    /// The body, cut at the nonce.
+    body: Vec<Bytes>,
+    /// Each piece of `body` as raw deflate blocks ending on a byte boundary.
+    deflated: Vec<Bytes>,
+}
+
+impl Kept {
+    fn response(&self, nonce: &str, gzip: bool) -> Response {
+        let body = if gzip { self.gzip(nonce.as_bytes()) } else { join(&self.body, nonce.as_bytes()) };
+        let mut response = Response::new(Body::from(body));
+        *response.headers_mut() = self.headers.clone();
+        let headers = response.headers_mut();
+        if let Ok(policy) = HeaderValue::from_str(&self.policy.join(nonce)) {
+            headers.insert(header::CONTENT_SECURITY_POLICY, policy);
+        }
+        headers.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+        if gzip {
+            headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        }
+        response
+    }
+
+    /// The page with `nonce` as one gzip member (RFC 1952 around RFC 1951 blocks).
+    fn gzip(&self, nonce: &[u8]) -> Vec<u8> {
+        let (mut crc, mut size) = (flate2::Crc::new(), 0u32);
+        let mut out = Vec::with_capacity(self.deflated.iter().map(Bytes::len).sum::<usize>() + 64);
+        // Magic, deflate, no flags, no time, no extra flags, unknown OS.
+        out.extend_from_slice(&[0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff]);
+        for (i, (piece, deflated)) in self.body.iter().zip(&self.deflated).enumerate() {
+            if i > 0 {
+                // A stored block: header bits 000 padded to the byte, LEN, NLEN, the bytes.
+                let len = nonce.len() as u16;
+                out.push(0);
+                out.extend_from_slice(&len.to_le_bytes());
+                out.extend_from_slice(&(!len).to_le_bytes());
+                out.extend_from_slice(nonce);
+                crc.update(nonce);
+                size = size.wrapping_add(len.into());
+            }
+            out.extend_from_slice(deflated);
+            crc.update(piece);
+            size = size.wrapping_add(piece.len() as u32);
+        }
+        // The final block: fixed Huffman codes, holding only its end.
+        out.extend_from_slice(&[0x03, 0x00]);
+        out.extend_from_slice(&crc.sum().to_le_bytes());
+        out.extend_from_slice(&size.to_le_bytes());
+        out
+    }
+}
+
+/// The middleware: serves a kept page when it is current, otherwise renders and keeps it.
+pub async fn serve(State((cache, services)): State<(PageCache, Services)>, req: Request, next: Next) -> Response {
+    let Some(key) = cacheable(&req) else { return next.run(req).await };
+    let version = services.stock_version.current();
+    if let Some(kept) = cache.current(&key, version) {
+        return kept.response(&fresh_nonce(), accepts_gzip(req.headers()));
+    }
+    let response = next.run(req).await;
+    cache.keep(key, version, response).await
+}
+
+/// The cache key of a request whose page is the same for everyone, or `None`.
+fn cacheable(req: &Request) -> Option<String> {
+    let uri = req.uri();
+    let key = uri.path_and_query().map_or(uri.path(), |pq| pq.as_str());
+    let anonymous = !req
+        .headers()
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.split(';').any(|c| c.trim_start().starts_with(crate::edges::SESSION_COOKIE)));
+    (req.method() == Method::GET && anonymous && PAGES.contains(&uri.path()) && key.len() <= MAX_KEY_LEN)
+        .then(|| key.to_owned())
+}
+
+impl PageCache {
+    fn current(&self, key: &str, version: u64) -> Option<Arc<Kept>> {
+        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        kept.get(key).filter(|k| k.version == version && k.at.elapsed() < MAX_AGE).cloned()
+    }
+
+    /// Reads the rendering through and keeps it when it is a page like any visitor's: a `200`
+    /// that sets no cookie and names its nonce in its policy. Answers with the rendering itself.
+    async fn keep(&self, key: String, version: u64, response: Response) -> Response {
+        let policy = response.headers().get(header::CONTENT_SECURITY_POLICY).and_then(|v| v.to_str().ok());
+        let nonce = policy.and_then(nonce_of).map(str::to_owned);
+        let (Some(nonce), StatusCode::OK, false) =
+            (nonce, response.status(), response.headers().contains_key(header::SET_COOKIE))
+        else {
+            return response;
+        };
+        let (parts, body) = response.into_parts();
+        let bytes = match axum::body::to_bytes(body, MAX_PAGE_BYTES).await {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                tracing::error!(%error, page = %key, "page too large or cut short while rendering");
+                return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+            }
+        };
+        let policy = parts.headers.get(header::CONTENT_SECURITY_POLICY).and_then(|v| v.to_str().ok()).unwrap_or("");
+        let pieces = cut(&bytes, nonce.as_bytes());
+        let kept = Arc::new(Kept {
+            version,
+            at: Instant::now(),
+            policy: policy.split(nonce.as_str()).map(str::to_owned).collect(),
+            body: pieces.clone(),
+            deflated: pieces.iter().map(|p| deflate_piece(p)).collect(),
+            headers: parts.headers.clone(),
+        });
+        {
+            let mut map = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+            if map.len() >= MAX_ENTRIES {
+                map.retain(|_, k| k.at.elapsed() < MAX_AGE);
+            }
+            if map.len() < MAX_ENTRIES || map.contains_key(&key) {
+                map.insert(key, kept);
+            }
+        }
+        Response::from_parts(parts, Body::from(bytes))
+    }
+}
+
+/// Whether the request accepts gzip (`q=0` refuses it).
+fn accepts_gzip(headers: &HeaderMap) -> bool {
+    headers.get_all(header::ACCEPT_ENCODING).iter().filter_map(|v| v.to_str().ok()).any(|v| {
+        v.split(',').any(|item| {
+            let mut parts = item.split(';');
+            let coding = parts.next().unwrap_or_default().trim();
+            let refused =
+                parts.any(|p| p.trim().strip_prefix("q=").and_then(|q| q.trim().parse::<f32>().ok()) == Some(0.0));
+            (coding.eq_ignore_ascii_case("gzip") || coding == "*") && !refused
+        })
+    })
+}
+
+/// `piece` as raw deflate blocks flushed to a byte boundary, with no final block, so pieces
+/// compressed apart can follow one another in one stream.
+fn deflate_piece(piece: &[u8]) -> Bytes {
+    let mut encoder = DeflateEncoder::new(Vec::with_capacity(piece.len() / 4 + 64), Compression::default());
+    // Writes to a Vec cannot fail.
+    let _ = encoder.write_all(piece);
+    let _ = encoder.flush();
+    Bytes::from(std::mem::take(encoder.get_mut()))
+}
+
+/// The nonce in a policy's `'nonce-…'` source.
+fn nonce_of(policy: &str) -> Option<&str> {
+    let start = policy.find("'nonce-")? + "'nonce-".len();
+    let len = policy[start..].find('\'')?;
+    // Long enough to cut a page at safely, short enough for one stored block.
+    Some(&policy[start..start + len]).filter(|n| (16..=256).contains(&n.len()))
+}
+
+/// 128 random bits, in the base64 a CSP nonce is written in.
+fn fresh_nonce() -> String {
+    let mut bytes = [0u8; 16];
+    rand::rng().fill_bytes(&mut bytes);
+    URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// `bytes` cut at every occurrence of `needle` (which is not kept).
+fn cut(bytes: &Bytes, needle: &[u8]) -> Vec<Bytes> {
+    let mut parts = Vec::new();
+    let mut start = 0;
+    let mut at = 0;
+    while at + needle.len() <= bytes.len() {
+        if &bytes[at..at + needle.len()] == needle {
+            parts.push(bytes.slice(start..at));
+            at += needle.len();
+            start = at;
+        } else {
+            at += 1;
+        }
+    }
+    parts.push(bytes.slice(start..));
+    parts
+}
+
+fn join(parts: &[Bytes], separator: &[u8]) -> Vec<u8> {
+    let total = parts.iter().map(Bytes::len).sum::<usize>() + separator.len() * parts.len().saturating_sub(1);
+    let mut out = Vec::with_capacity(total);
+    for (i, part) in parts.iter().enumerate() {
+        if i > 0 {
+            out.extend_from_slice(separator);
+        }
+        out.extend_from_slice(part);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_is_cut_at_its_nonce_and_joined_with_another() {
+        let page =
+            Bytes::from_static(b"<script nonce=\"AAAAAAAAAAAAAAAAAAAAAA\">x</script><p>AAAAAAAAAAAAAAAAAAAAAA</p>");
+        let parts = cut(&page, b"AAAAAAAAAAAAAAAAAAAAAA");
+        assert_eq!(parts.len(), 3);
+        assert_eq!(join(&parts, b"BB"), b"<script nonce=\"BB\">x</script><p>BB</p>");
+        assert_eq!(join(&cut(&Bytes::from_static(b"none here"), b"AAAA"), b"BB"), b"none here");
+    }
+
+    #[test]
+    fn a_stitched_page_is_one_valid_gzip_stream() {
+        use std::io::Read;
+        let page = Bytes::from(
+            "<html><script nonce=\"NONCENONCENONCENONCE00\">go()</script>".to_owned()
+                + &"<li>an offer</li>".repeat(2000)
+                + "<script nonce=\"NONCENONCENONCENONCE00\"></script></html>",
+        );
+        let body = cut(&page, b"NONCENONCENONCENONCE00");
+        let kept = Kept {
+            version: 0,
+            at: Instant::now(),
+            headers: HeaderMap::new(),
+            policy: vec![],
+            deflated: body.iter().map(|p| deflate_piece(p)).collect(),
+            body,
+        };
+        let fresh = fresh_nonce();
+        let gzipped = kept.gzip(fresh.as_bytes());
+        assert!(gzipped.len() < page.len() / 10, "compressed: {} of {}", gzipped.len(), page.len());
+        let mut unzipped = String::new();
+        flate2::read::GzDecoder::new(&gzipped[..])
+            .read_to_string(&mut unzipped)
+            .expect("valid gzip, checksum included");
+        let expected = String::from_utf8(page.to_vec()).unwrap().replace("NONCENONCENONCENONCE00", &fresh);
+        assert_eq!(unzipped, expected);
+        let response = kept.response(&fresh, true);
+        assert_eq!(response.headers()[header::CONTENT_ENCODING], "gzip");
+    }
+
+    #[test]
+    fn reads_accept_encoding() {
+        let with = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::ACCEPT_ENCODING, HeaderValue::from_str(value).unwrap());
+            accepts_gzip(&headers)
+        };
+        assert!(with("gzip, deflate, br, zstd") && with("*") && with("GZIP;q=0.5"));
+        assert!(!with("br") && !with("gzip;q=0") && !with("identity") && !accepts_gzip(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn finds_the_policys_nonce() {
+        let policy = "default-src 'self'; script-src 'self' 'nonce-AbCdEfGhIjKlMnOpQrStUv' 'wasm-unsafe-eval'";
+        assert_eq!(nonce_of(policy), Some("AbCdEfGhIjKlMnOpQrStUv"));
+        assert_eq!(nonce_of("script-src 'self'"), None);
+        assert_eq!(nonce_of("script-src 'nonce-short'"), None, "too short to cut a page at safely");
+        let fresh = fresh_nonce();
+        assert_eq!(fresh.len(), 22);
+        assert_ne!(fresh, fresh_nonce());
+    }
+}

@@ -1,0 +1,69 @@
+//! The market page as visitors get it: kept between renderings (`page_cache`), yet never
+//! behind a committed change, with a CSP nonce of its own on every response, and never served
+//! to someone signed in.
+
+use crate::common::{H100, TestApp, agent_dir};
+use cardpool_domain::host::GpuModelPrice;
+use cardpool_service::{Settings, backend_tests, hosts, testing::Backend};
+use reqwest::{Client, StatusCode, header};
+
+backend_tests!(the_market_page_kept_for_visitors_follows_every_change);
+
+/// `/offers` for `client`: the nonce its policy names, and the page.
+async fn market_page(app: &TestApp, client: &Client) -> (String, String) {
+    let res = client.get(app.url("/offers")).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let csp = res.headers()[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
+    let nonce = csp.split("'nonce-").nth(1).unwrap().split('\'').next().unwrap().to_owned();
+    let html = res.text().await.unwrap();
+    assert!(html.contains(&format!("nonce=\"{nonce}\"")), "the page's scripts carry the response's nonce");
+    (nonce, html)
+}
+
+async fn the_market_page_kept_for_visitors_follows_every_change(backend: Backend) {
+    let app = TestApp::spawn_with(backend, Settings::default()).await;
+    let (host, agent) = app.agent_host(2, agent_dir("page-cache")).await;
+    let visitor = Client::new();
+
+    let (first_nonce, first) = market_page(&app, &visitor).await;
+    assert!(first.contains("$3.60/h"), "the host's on-demand price");
+    let (second_nonce, second) = market_page(&app, &visitor).await;
+    assert_ne!(first_nonce, second_nonce, "every response has a nonce of its own");
+    assert!(!second.contains(&first_nonce), "no trace of the kept rendering's nonce");
+    assert_eq!(first.replace(&first_nonce, "N"), second.replace(&second_nonce, "N"), "the same page");
+
+    // A committed change is on the very next page.
+    let price = GpuModelPrice {
+        gpu_model: H100.into(),
+        on_demand_micros: 2_400_000,
+        reserved_micros: 2_000_000,
+        spot_min_bid_micros: 500_000,
+    };
+    hosts::update_host_pricing(&app.services, &host.owner, host.state.host_id, &price).await.unwrap();
+    let (_, repriced) = market_page(&app, &visitor).await;
+    assert!(repriced.contains("$2.40/h") && !repriced.contains("$3.60/h"), "the new price, at once");
+
+    // What a browser gets: the kept page in gzip, with a nonce of its own.
+    for _ in 0..2 {
+        let res =
+            visitor.get(app.url("/offers")).header(header::ACCEPT_ENCODING, "gzip, deflate, br").send().await.unwrap();
+        assert_eq!(res.headers()[header::CONTENT_ENCODING], "gzip");
+        let csp = res.headers()[header::CONTENT_SECURITY_POLICY].to_str().unwrap().to_owned();
+        let mut html = String::new();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&res.bytes().await.unwrap()[..]), &mut html)
+            .expect("one valid gzip stream");
+        let nonce = csp.split("'nonce-").nth(1).unwrap().split('\'').next().unwrap();
+        assert!(html.contains(&format!("nonce=\"{nonce}\"")) && html.contains("$2.40/h") && html.contains("</html>"));
+    }
+    hosts::set_host_listed(&app.services, &host.owner, host.state.host_id, false).await.unwrap();
+    let (_, unlisted) = market_page(&app, &visitor).await;
+    assert!(!unlisted.contains("$2.40/h"), "an unlisted host is off the market at once");
+
+    // Someone signed in gets their own rendering, not the visitors' copy.
+    let renter = app.funded_renter("renter@example.com", 5).await;
+    let (_, own) = market_page(&app, &renter).await;
+    assert!(own.contains("renter@example.com"), "the header names the account");
+    let (_, visitors) = market_page(&app, &visitor).await;
+    assert!(!visitors.contains("renter@example.com"), "and a visitor never sees it");
+    agent.abort();
+}
