@@ -59,8 +59,8 @@ pub fn App() -> impl IntoView {
                 <Header />
                 <main id="main" class="mx-auto w-full max-w-6xl flex-1 px-4 py-8 sm:px-6 lg:px-8">
                     <Routes fallback=NotFoundPage>
-                        <Route path=path!("/") view={Lazy::<HomeRoute>::new()} />
-                        <Route path=path!("/offers") view={Lazy::<OffersRoute>::new()} />
+                        <Route path=path!("/") view=HomePage />
+                        <Route path=path!("/offers") view=OffersPage />
                         <Route path=path!("/rent") view={Lazy::<RentRoute>::new()} />
                         <Route path=path!("/rentals") view={Lazy::<RentalsRoute>::new()} />
                         <Route path=path!("/rentals/:id") view={Lazy::<RentalRoute>::new()} />

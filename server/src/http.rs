@@ -96,7 +96,10 @@ pub fn router(services: Services, leptos_options: LeptosOptions, options: HttpOp
             move || shell(leptos_options.clone())
         })
         .fallback(move |state: State<AppState>, req: Request| static_file_or_not_found(assets.clone(), state, req))
-        .layer(from_fn_with_state((PageCache::default(), state.services.clone()), crate::page_cache::serve))
+        .layer(from_fn_with_state(
+            (PageCache::default(), state.services.stock_version.clone()),
+            crate::page_cache::serve,
+        ))
         .layer(compression())
         .layer(axum::Extension(gateway))
         .layer(axum::Extension(metrics_token))

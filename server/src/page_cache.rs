@@ -27,7 +27,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
-use cardpool_service::Services;
+use cardpool_service::stock::StockVersion;
 use flate2::{Compression, write::DeflateEncoder};
 use rand::RngCore;
 use std::{
@@ -52,6 +52,10 @@ const MAX_PAGE_BYTES: usize = 2 * 1024 * 1024;
 #[derive(Clone, Default)]
 pub struct PageCache {
     kept: Arc<Mutex<HashMap<String, Arc<Kept>>>>,
+    /// One lock per URL being rendered: when a page expires under load, one request renders
+    /// it and the others wait for that rendering instead of each rendering their own (without
+    /// this, hundreds of renderings at once at every expiry brought the server down).
+    rendering: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
 }
 
 /// One rendering, cut at its nonce.
@@ -113,14 +117,26 @@ impl Kept {
 }
 
 /// The middleware: serves a kept page when it is current, otherwise renders and keeps it.
-pub async fn serve(State((cache, services)): State<(PageCache, Services)>, req: Request, next: Next) -> Response {
+pub async fn serve(State((cache, stock)): State<(PageCache, Arc<StockVersion>)>, req: Request, next: Next) -> Response {
     let Some(key) = cacheable(&req) else { return next.run(req).await };
-    let version = services.stock_version.current();
+    let version = stock.current();
+    let gzip = accepts_gzip(req.headers());
     if let Some(kept) = cache.current(&key, version) {
-        return kept.response(&fresh_nonce(), accepts_gzip(req.headers()));
+        return kept.response(&fresh_nonce(), gzip);
+    }
+    let Some(lock) = cache.render_lock(&key) else { return next.run(req).await };
+    let rendering = lock.lock().await;
+    // Rendered by the request this one waited for?
+    if let Some(kept) = cache.current(&key, version) {
+        drop(rendering);
+        cache.release_render_lock(&key, lock);
+        return kept.response(&fresh_nonce(), gzip);
     }
     let response = next.run(req).await;
-    cache.keep(key, version, response).await
+    let response = cache.keep(key.clone(), version, response).await;
+    drop(rendering);
+    cache.release_render_lock(&key, lock);
+    response
 }
 
 /// The cache key of a request whose page is the same for everyone, or `None`.
@@ -138,6 +154,25 @@ fn cacheable(req: &Request) -> Option<String> {
 }
 
 impl PageCache {
+    /// The lock renderings of `key` take turns on, or `None` when too many URLs are being
+    /// rendered at once to track another.
+    fn render_lock(&self, key: &str) -> Option<Arc<tokio::sync::Mutex<()>>> {
+        let mut rendering = self.rendering.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(lock) = rendering.get(key) {
+            return Some(lock.clone());
+        }
+        (rendering.len() < MAX_ENTRIES).then(|| rendering.entry(key.to_owned()).or_default().clone())
+    }
+
+    /// Drops `key`'s lock from the table once no other request holds it.
+    fn release_render_lock(&self, key: &str, lock: Arc<tokio::sync::Mutex<()>>) {
+        let mut rendering = self.rendering.lock().unwrap_or_else(|e| e.into_inner());
+        // Ours and the table's: nobody else is waiting.
+        if Arc::strong_count(&lock) == 2 {
+            rendering.remove(key);
+        }
+    }
+
     fn current(&self, key: &str, version: u64) -> Option<Arc<Kept>> {
         let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
         kept.get(key).filter(|k| k.version == version && k.at.elapsed() < MAX_AGE).cloned()
@@ -305,6 +340,50 @@ mod tests {
         };
         assert!(with("gzip, deflate, br, zstd") && with("*") && with("GZIP;q=0.5"));
         assert!(!with("br") && !with("gzip;q=0") && !with("identity") && !accepts_gzip(&HeaderMap::new()));
+    }
+
+    #[tokio::test]
+    async fn an_expired_page_is_rendered_once_however_many_ask() {
+        use axum::{Router, middleware::from_fn_with_state, routing::get};
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tower::ServiceExt;
+        let renderings = Arc::new(AtomicUsize::new(0));
+        let counter = renderings.clone();
+        let app = Router::new()
+            .route(
+                "/offers",
+                get(move || {
+                    let counter = counter.clone();
+                    async move {
+                        counter.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        let nonce = fresh_nonce();
+                        (
+                            [(header::CONTENT_SECURITY_POLICY, format!("script-src 'nonce-{nonce}'"))],
+                            format!("<script nonce=\"{nonce}\"></script>offers"),
+                        )
+                    }
+                }),
+            )
+            .layer(from_fn_with_state((PageCache::default(), Arc::new(StockVersion::default())), serve));
+        let asks = (0..50).map(|_| {
+            let app = app.clone();
+            tokio::spawn(async move {
+                let res = app.oneshot(Request::get("/offers").body(Body::empty()).unwrap()).await.unwrap();
+                let policy = res.headers()[header::CONTENT_SECURITY_POLICY].to_str().unwrap().to_owned();
+                let body = axum::body::to_bytes(res.into_body(), 1 << 16).await.unwrap();
+                (policy, String::from_utf8(body.to_vec()).unwrap())
+            })
+        });
+        let mut nonces = std::collections::HashSet::new();
+        for ask in asks.collect::<Vec<_>>() {
+            let (policy, body) = ask.await.unwrap();
+            let nonce = nonce_of(&policy).unwrap().to_owned();
+            assert_eq!(body, format!("<script nonce=\"{nonce}\"></script>offers"));
+            nonces.insert(nonce);
+        }
+        assert_eq!(renderings.load(Ordering::SeqCst), 1, "one rendering served all fifty");
+        assert_eq!(nonces.len(), 50, "each with a nonce of its own");
     }
 
     #[test]
