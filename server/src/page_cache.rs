@@ -11,6 +11,8 @@
 //! - it is younger than [`MAX_AGE`], which bounds what the version does not count: other
 //!   replicas' changes, uptime percentages, the latest spot prices.
 //!
+//! What is kept is bounded: 256 URLs and 16 MiB, expired pages dropped first when full.
+//!
 //! A request with a session cookie always gets a fresh rendering (its header names the
 //! account). Each response still carries a CSP nonce of its own: a page is kept cut at every
 //! occurrence of the nonce it was rendered with and served joined with a fresh one. Browsers
@@ -45,17 +47,45 @@ pub const MAX_AGE: Duration = Duration::from_secs(1);
 const MAX_ENTRIES: usize = 256;
 /// Longest URL kept (path and query).
 const MAX_KEY_LEN: usize = 512;
+/// Bytes of pages kept at most, plain and deflated together: whoever asks for many filter
+/// combinations fills it, then expired pages make room, or new ones go unkept.
+const MAX_KEPT_BYTES: usize = 16 * 1024 * 1024;
 /// Largest page kept; a larger rendering is refused with a 500 rather than held in memory.
 const MAX_PAGE_BYTES: usize = 2 * 1024 * 1024;
 
 /// The kept pages (shared by clones).
 #[derive(Clone, Default)]
 pub struct PageCache {
-    kept: Arc<Mutex<HashMap<String, Arc<Kept>>>>,
+    shelf: Arc<Mutex<Shelf>>,
     /// One lock per URL being rendered: when a page expires under load, one request renders
     /// it and the others wait for that rendering instead of each rendering their own (without
     /// this, hundreds of renderings at once at every expiry brought the server down).
     rendering: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+}
+
+/// The kept pages by URL, and the bytes they hold.
+#[derive(Default)]
+struct Shelf {
+    pages: HashMap<String, Arc<Kept>>,
+    bytes: usize,
+}
+
+impl Shelf {
+    /// Keeps `kept` for `key` if the limits allow it, after dropping expired pages when full.
+    fn put(&mut self, key: String, kept: Arc<Kept>) {
+        let size = kept.size();
+        if self.pages.len() >= MAX_ENTRIES || self.bytes + size > MAX_KEPT_BYTES {
+            self.pages.retain(|_, k| k.at.elapsed() < MAX_AGE);
+            self.bytes = self.pages.values().map(|k| k.size()).sum();
+        }
+        let replaced = self.pages.get(&key).map(|k| k.size());
+        let room = self.pages.len() < MAX_ENTRIES || replaced.is_some();
+        let bytes = self.bytes - replaced.unwrap_or(0) + size;
+        if room && bytes <= MAX_KEPT_BYTES {
+            self.bytes = bytes;
+            self.pages.insert(key, kept);
+        }
+    }
 }
 
 /// One rendering, cut at its nonce.
@@ -72,6 +102,10 @@ struct Kept {
 }
 
 impl Kept {
+    fn size(&self) -> usize {
+        self.body.iter().chain(&self.deflated).map(Bytes::len).sum()
+    }
+
     fn response(&self, nonce: &str, gzip: bool) -> Response {
         let body = if gzip { self.gzip(nonce.as_bytes()) } else { join(&self.body, nonce.as_bytes()) };
         let mut response = Response::new(Body::from(body));
@@ -174,8 +208,8 @@ impl PageCache {
     }
 
     fn current(&self, key: &str, version: u64) -> Option<Arc<Kept>> {
-        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-        kept.get(key).filter(|k| k.version == version && k.at.elapsed() < MAX_AGE).cloned()
+        let shelf = self.shelf.lock().unwrap_or_else(|e| e.into_inner());
+        shelf.pages.get(key).filter(|k| k.version == version && k.at.elapsed() < MAX_AGE).cloned()
     }
 
     /// Reads the rendering through and keeps it when it is a page like any visitor's: a `200`
@@ -206,15 +240,7 @@ impl PageCache {
             deflated: pieces.iter().map(|p| deflate_piece(p)).collect(),
             headers: parts.headers.clone(),
         });
-        {
-            let mut map = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-            if map.len() >= MAX_ENTRIES {
-                map.retain(|_, k| k.at.elapsed() < MAX_AGE);
-            }
-            if map.len() < MAX_ENTRIES || map.contains_key(&key) {
-                map.insert(key, kept);
-            }
-        }
+        self.shelf.lock().unwrap_or_else(|e| e.into_inner()).put(key, kept);
         Response::from_parts(parts, Body::from(bytes))
     }
 }
@@ -384,6 +410,40 @@ mod tests {
         }
         assert_eq!(renderings.load(Ordering::SeqCst), 1, "one rendering served all fifty");
         assert_eq!(nonces.len(), 50, "each with a nonce of its own");
+    }
+
+    #[tokio::test]
+    async fn kept_pages_stay_within_their_byte_budget() {
+        use axum::{Router, middleware::from_fn_with_state, routing::get};
+        use tower::ServiceExt;
+        // Pages of 1 MiB of random text (deflating saves little): about 2 MiB each, kept.
+        let app_for = |cache: PageCache| {
+            Router::new()
+                .route(
+                    "/offers",
+                    get(|| async {
+                        let nonce = fresh_nonce();
+                        let mut noise = vec![0u8; 768 * 1024];
+                        rand::rng().fill_bytes(&mut noise);
+                        (
+                            [(header::CONTENT_SECURITY_POLICY, format!("script-src 'nonce-{nonce}'"))],
+                            format!("<script nonce=\"{nonce}\"></script>{}", URL_SAFE_NO_PAD.encode(noise)),
+                        )
+                    }),
+                )
+                .layer(from_fn_with_state((cache, Arc::new(StockVersion::default())), serve))
+        };
+        let cache = PageCache::default();
+        let app = app_for(cache.clone());
+        for page in 0..12 {
+            let uri = format!("/offers?page={page}");
+            let res = app.clone().oneshot(Request::get(uri).body(Body::empty()).unwrap()).await.unwrap();
+            assert_eq!(res.status(), StatusCode::OK, "a page not kept is still served");
+        }
+        let shelf = cache.shelf.lock().unwrap();
+        assert!(shelf.bytes <= MAX_KEPT_BYTES, "{} bytes kept", shelf.bytes);
+        assert_eq!(shelf.bytes, shelf.pages.values().map(|k| k.size()).sum::<usize>());
+        assert!((4..12).contains(&shelf.pages.len()), "{} pages kept", shelf.pages.len());
     }
 
     #[test]
