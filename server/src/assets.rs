@@ -189,22 +189,25 @@ fn if_none_match(headers: &HeaderMap, etag: &HeaderValue) -> bool {
 /// Brotli, then gzip, among the encodings the request accepts (`q=0` refuses one) and the
 /// file has.
 fn preferred_encoding<'a>(headers: &HeaderMap, asset: &'a Asset) -> Option<(&'static str, &'a Bytes)> {
-    let accepted = |wanted: &str| {
-        headers.get_all(header::ACCEPT_ENCODING).iter().filter_map(|v| v.to_str().ok()).any(|v| {
-            v.split(',').any(|item| {
-                let mut parts = item.split(';');
-                let coding = parts.next().unwrap_or_default().trim();
-                let refused = parts.any(|p| {
-                    p.trim().strip_prefix("q=").and_then(|q| q.trim().parse::<f32>().ok()).is_some_and(|q| q <= 0.0)
-                });
-                (coding.eq_ignore_ascii_case(wanted) || coding == "*") && !refused
-            })
-        })
-    };
+    let accepted = |wanted: &str| accepts_encoding(headers, wanted);
     if let Some(body) = asset.brotli.as_ref().filter(|_| accepted("br")) {
         return Some(("br", body));
     }
     asset.gzip.as_ref().filter(|_| accepted("gzip")).map(|body| ("gzip", body))
+}
+
+/// Whether the request's `Accept-Encoding` accepts `wanted` (by name or `*`; `q=0` refuses).
+pub fn accepts_encoding(headers: &HeaderMap, wanted: &str) -> bool {
+    headers.get_all(header::ACCEPT_ENCODING).iter().filter_map(|v| v.to_str().ok()).any(|v| {
+        v.split(',').any(|item| {
+            let mut parts = item.split(';');
+            let coding = parts.next().unwrap_or_default().trim();
+            let refused = parts.any(|p| {
+                p.trim().strip_prefix("q=").and_then(|q| q.trim().parse::<f32>().ok()).is_some_and(|q| q <= 0.0)
+            });
+            (coding.eq_ignore_ascii_case(wanted) || coding == "*") && !refused
+        })
+    })
 }
 
 /// Development: the file as it is on disk now, uncompressed and never cached.
@@ -292,5 +295,16 @@ mod tests {
         assert!(assets.respond(&m, "/missing.js", &get(None, None)).await.is_none());
         assert!(assets.respond(&m, "/pkg/../favicon.svg", &get(None, None)).await.is_none());
         assert!(assets.respond(&Method::POST, "/favicon.svg", &get(None, None)).await.is_none());
+    }
+
+    #[test]
+    fn reads_accept_encoding() {
+        let with = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::ACCEPT_ENCODING, HeaderValue::from_str(value).unwrap());
+            accepts_encoding(&headers, "gzip")
+        };
+        assert!(with("gzip, deflate, br, zstd") && with("*") && with("GZIP;q=0.5"));
+        assert!(!with("br") && !with("gzip;q=0") && !with("identity") && !accepts_encoding(&HeaderMap::new(), "gzip"));
     }
 }

@@ -25,6 +25,15 @@ use tower_sessions::Session;
 /// Name of the session cookie.
 pub const SESSION_COOKIE: &str = "cardpool_session";
 
+/// Whether the request carries a session cookie (valid or not).
+pub fn has_session_cookie(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get_all(axum::http::header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.split(';').any(|c| c.trim_start().starts_with(SESSION_COOKIE)))
+}
+
 /// An [`AppError`] answered as JSON.
 #[derive(Debug)]
 pub struct ApiError(pub AppError);

@@ -196,12 +196,7 @@ fn cross_site_verdict(headers: &HeaderMap, public_origin: Option<&str>) -> Resul
     if fetch_site.is_some() {
         return Ok(());
     }
-    let has_session_cookie = headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .any(|v| v.split(';').any(|c| c.trim_start().starts_with(SESSION_COOKIE)));
-    if has_session_cookie { Err("no Origin on a cookie-authenticated request") } else { Ok(()) }
+    if crate::edges::has_session_cookie(headers) { Err("no Origin on a cookie-authenticated request") } else { Ok(()) }
 }
 
 /// Headers every response gets. Pages set their own nonce-based Content-Security-Policy; any

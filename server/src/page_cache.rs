@@ -154,7 +154,7 @@ impl Kept {
 pub async fn serve(State((cache, stock)): State<(PageCache, Arc<StockVersion>)>, req: Request, next: Next) -> Response {
     let Some(key) = cacheable(&req) else { return next.run(req).await };
     let version = stock.current();
-    let gzip = accepts_gzip(req.headers());
+    let gzip = crate::assets::accepts_encoding(req.headers(), "gzip");
     if let Some(kept) = cache.current(&key, version) {
         return kept.response(&fresh_nonce(), gzip);
     }
@@ -177,12 +177,7 @@ pub async fn serve(State((cache, stock)): State<(PageCache, Arc<StockVersion>)>,
 fn cacheable(req: &Request) -> Option<String> {
     let uri = req.uri();
     let key = uri.path_and_query().map_or(uri.path(), |pq| pq.as_str());
-    let anonymous = !req
-        .headers()
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .any(|v| v.split(';').any(|c| c.trim_start().starts_with(crate::edges::SESSION_COOKIE)));
+    let anonymous = !crate::edges::has_session_cookie(req.headers());
     (req.method() == Method::GET && anonymous && PAGES.contains(&uri.path()) && key.len() <= MAX_KEY_LEN)
         .then(|| key.to_owned())
 }
@@ -243,19 +238,6 @@ impl PageCache {
         self.shelf.lock().unwrap_or_else(|e| e.into_inner()).put(key, kept);
         Response::from_parts(parts, Body::from(bytes))
     }
-}
-
-/// Whether the request accepts gzip (`q=0` refuses it).
-fn accepts_gzip(headers: &HeaderMap) -> bool {
-    headers.get_all(header::ACCEPT_ENCODING).iter().filter_map(|v| v.to_str().ok()).any(|v| {
-        v.split(',').any(|item| {
-            let mut parts = item.split(';');
-            let coding = parts.next().unwrap_or_default().trim();
-            let refused =
-                parts.any(|p| p.trim().strip_prefix("q=").and_then(|q| q.trim().parse::<f32>().ok()) == Some(0.0));
-            (coding.eq_ignore_ascii_case("gzip") || coding == "*") && !refused
-        })
-    })
 }
 
 /// `piece` as raw deflate blocks flushed to a byte boundary, with no final block, so pieces
@@ -355,17 +337,6 @@ mod tests {
         assert_eq!(unzipped, expected);
         let response = kept.response(&fresh, true);
         assert_eq!(response.headers()[header::CONTENT_ENCODING], "gzip");
-    }
-
-    #[test]
-    fn reads_accept_encoding() {
-        let with = |value: &str| {
-            let mut headers = HeaderMap::new();
-            headers.insert(header::ACCEPT_ENCODING, HeaderValue::from_str(value).unwrap());
-            accepts_gzip(&headers)
-        };
-        assert!(with("gzip, deflate, br, zstd") && with("*") && with("GZIP;q=0.5"));
-        assert!(!with("br") && !with("gzip;q=0") && !with("identity") && !accepts_gzip(&HeaderMap::new()));
     }
 
     #[tokio::test]
