@@ -64,6 +64,8 @@ if $with_test; then
   # The SSH tests drive Debian's OpenSSH client; their rental serves files with Python.
   command -v ssh >/dev/null || apt_install openssh-client
   command -v python3 >/dev/null || apt_install python3
+  # The systemd units in deploy/ are checked with systemd-analyze.
+  command -v systemd-analyze >/dev/null || apt_install systemd
   # The API's contract is checked with schemathesis (PyPI), in a virtualenv of its own.
   python3 -c 'import ensurepip, venv' 2>/dev/null || apt_install python3-venv
   if ! target/tools/schemathesis/bin/schemathesis --version 2>/dev/null | grep -q "$SCHEMATHESIS_VERSION"; then

@@ -32,6 +32,8 @@ cargo build -p cardpool-agent --locked
 # tests below), started as run.sh starts it, and / and /offers must hydrate in Chromium.
 say "scripts/run.sh --check"
 env -u RUSTFLAGS ./scripts/run.sh --check   # cargo-leptos sets its own flags
+say "systemd units (deploy/systemd) against the binaries just built"
+./scripts/check-units.sh target/release/cardpool target/debug/cardpool-agent
 
 pg_db=""
 cleanup() {

@@ -194,6 +194,14 @@ fn next_telemetry(agent: &Agent<'_>, sent: &mut u64) -> Option<AgentMessage> {
     Some(AgentMessage::Telemetry { stream: buffer.stream, frames, dropped: buffer.dropped() })
 }
 
+/// The WebSocket's settings. tungstenite zero-fills its whole read buffer before every read
+/// (even one that finds nothing yet), so the default 128 KiB cost more CPU than the agent's
+/// sampling; the server's messages are small, and a larger one still grows the buffer. And no
+/// Nagle: a telemetry message goes out at once, not after the previous one's ACK.
+fn socket_config() -> tungstenite::protocol::WebSocketConfig {
+    tungstenite::protocol::WebSocketConfig::default().read_buffer_size(16 * 1024)
+}
+
 async fn session(agent: &Agent<'_>, backoff: &mut Backoff, updates: &mut UnboundedReceiver<StatusUpdate>) -> Ended {
     let (url, state, source, location, supervisor) =
         (agent.url.as_str(), agent.state, agent.source, &agent.location, &agent.supervisor);
@@ -205,7 +213,7 @@ async fn session(agent: &Agent<'_>, backoff: &mut Backoff, updates: &mut Unbound
         Ok(value) => request.headers_mut().insert("authorization", value),
         Err(_) => return Ended::Refused("the stored credential is malformed; enroll again".into()),
     };
-    let (socket, _) = match tokio_tungstenite::connect_async(request).await {
+    let (socket, _) = match tokio_tungstenite::connect_async_with_config(request, Some(socket_config()), true).await {
         Ok(connected) => connected,
         Err(tungstenite::Error::Http(response)) if response.status() == 401 => {
             return Ended::Refused("this host's credential was rejected (revoked?); enroll again".into());

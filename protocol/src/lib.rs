@@ -85,6 +85,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn throttle_reasons_fold_into_nvml_bits() {
+        let names = |n: &[&str]| n.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(throttle_mask(&[]), 0);
+        assert_eq!(throttle_mask(&names(&["idle"])), 0x1);
+        assert_eq!(throttle_mask(&names(&["thermal slowdown (hardware)", "power brake"])), 0x40 | 0x80);
+        assert_eq!(throttle_mask(&names(&["something new", "power cap"])), 0x4, "unknown names are skipped");
+        let bits: Vec<u64> = THROTTLE_REASONS.iter().map(|(bit, _)| *bit).collect();
+        assert!(bits.iter().all(|b| b.is_power_of_two()) && bits.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
     fn same_major_is_accepted_other_majors_refused_with_a_reason() {
         assert!(PROTOCOL_VERSION.check_peer(ProtocolVersion { major: 1, minor: 7 }).is_ok());
         let err = PROTOCOL_VERSION.check_peer(ProtocolVersion { major: 2, minor: 0 }).unwrap_err();
@@ -205,6 +216,9 @@ pub struct GpuSample {
     pub slowdown_temperature_c: Option<u32>,
     pub power_milliwatts: Option<u32>,
     pub power_limit_milliwatts: Option<u32>,
+    /// Energy the GPU used since the driver loaded, millijoules (NVML's total energy counter).
+    #[serde(default)]
+    pub energy_millijoules: Option<u64>,
     pub sm_clock_mhz: Option<u32>,
     pub memory_clock_mhz: Option<u32>,
     pub fan_pct: Option<u32>,
@@ -214,11 +228,29 @@ pub struct GpuSample {
     /// XID error codes seen since the previous sample.
     #[serde(default)]
     pub xid_errors: Vec<u64>,
-    /// Active throttle reasons, by name.
+    /// Active throttle reasons, by name (see [`THROTTLE_REASONS`]).
     #[serde(default)]
     pub throttle_reasons: Vec<String>,
     #[serde(default)]
     pub processes: Vec<GpuProcess>,
+}
+
+/// The clock throttle reasons an agent reports, by name, with NVML's bit for each (the bits
+/// DCGM's `DCGM_FI_DEV_CLOCK_THROTTLE_REASONS` reports as one mask).
+pub const THROTTLE_REASONS: [(u64, &str); 8] = [
+    (0x1, "idle"),
+    (0x2, "application clocks"),
+    (0x4, "power cap"),
+    (0x8, "hardware slowdown"),
+    (0x10, "sync boost"),
+    (0x20, "thermal slowdown (software)"),
+    (0x40, "thermal slowdown (hardware)"),
+    (0x80, "power brake"),
+];
+
+/// NVML's bitmask of the throttle reasons named in `names` (unknown names count for nothing).
+pub fn throttle_mask(names: &[String]) -> u64 {
+    THROTTLE_REASONS.iter().filter(|(_, name)| names.iter().any(|n| n == name)).fold(0, |mask, (bit, _)| mask | bit)
 }
 
 /// A process using a GPU.

@@ -90,14 +90,18 @@ async fn watch(mut response: reqwest::Response, latencies: Arc<Mutex<Vec<i64>>>,
     }
 }
 
-/// Runs one agent per enrolled host, sampling every `sample_ms`.
+/// Runs one agent per enrolled host, sampling every `sample_ms`. Their starts are spread over
+/// one interval, as a real fleet's are: agents started in the same millisecond would sample in
+/// lockstep and arrive as one burst every interval, which measures the burst, not the feed.
 fn start_agents(states: &[cardpool_agent::state::AgentState], sample_ms: u64) -> Vec<tokio::task::JoinHandle<()>> {
+    let count = states.len().max(1) as u64;
     states
         .iter()
         .cloned()
         .enumerate()
         .map(|(i, state)| {
             tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(i as u64 * sample_ms / count)).await;
                 let source = SimulatedSource::new("8xH100-80GB", &format!("bench-{i:03}"), vec![]).expect("source");
                 let dir = std::env::temp_dir().join(format!("cardpool-bench-telemetry-{}-{i}", std::process::id()));
                 let _ = connection::run(
@@ -114,6 +118,22 @@ fn start_agents(states: &[cardpool_agent::state::AgentState], sample_ms: u64) ->
         .collect()
 }
 
+/// Waits until every one of `agents` hosts has a frame sampled after `since_ms` stored: the
+/// agents started (each probes its sandbox once, which costs far more than sampling) and are
+/// streaming, so what is measured next is the steady state.
+async fn wait_until_streaming(hub: &cardpool_service::telemetry::Hub, agents: usize, since_ms: i64) {
+    let started = Instant::now();
+    loop {
+        let streaming = hub.latest().values().filter(|f| f.at_ms >= since_ms).count();
+        if streaming >= agents {
+            println!("  all {agents} agents streaming after {:.1} s", started.elapsed().as_secs_f64());
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(300), "only {streaming} of {agents} agents streaming");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let agents = env("BENCH_AGENTS", 100) as usize;
@@ -128,13 +148,16 @@ async fn main() {
         if wanted.as_deref().is_some_and(|w| w != name) {
             continue;
         }
-        let (_db, services) = testing::services(backend, Settings::default()).await;
+        // One admin watches from every dashboard: past the default 16 feeds per account.
+        let mut settings = Settings::default();
+        settings.telemetry.feeds_per_account = dashboards + idle_dashboards;
+        let (_db, services) = testing::services(backend, settings).await;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let config = Config { addr, ..Config::default() };
         let app =
             http::router(services.clone(), http::leptos_options(&config), http::HttpOptions::from_config(&config));
-        tokio::spawn(cardpool_server::serve::serve(listener, app, std::future::pending()));
+        tokio::spawn(cardpool_server::serve::serve(listener, app, config.max_connections, std::future::pending()));
         let base = format!("http://{addr}");
 
         // An admin with an API token watches the fleet.
@@ -163,14 +186,19 @@ async fn main() {
 
         // 1. The ceiling: every agent sampling `sample_ms`, faster than production.
         let fleet = start_agents(&states, sample_ms);
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        let (samples0, started) = (stored(), Instant::now());
+        wait_until_streaming(&hub, agents, now_ms()).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let commits = || hub.commits.load(Ordering::Relaxed);
+        let frames = || hub.frames_stored.load(Ordering::Relaxed);
+        let (samples0, commits0, frames0, started) = (stored(), commits(), frames(), Instant::now());
         tokio::time::sleep(Duration::from_secs(seconds)).await;
         let ceiling = (stored() - samples0) as f64 / started.elapsed().as_secs_f64();
+        let transactions = commits() - commits0;
         println!(
-            "ingest ceiling: {ceiling:.0} GPU samples/s stored ({:.0} offered by {agents} agents × 8 GPUs every {sample_ms} ms); {} replayed duplicates ignored",
+            "ingest ceiling: {ceiling:.0} GPU samples/s stored ({:.0} offered by {agents} agents × 8 GPUs every {sample_ms} ms); {} replayed duplicates ignored; {transactions} transactions, {:.1} frames each",
             agents as f64 * 8.0 * 1000.0 / sample_ms as f64,
-            hub.frames_duplicate.load(Ordering::Relaxed)
+            hub.frames_duplicate.load(Ordering::Relaxed),
+            (frames() - frames0) as f64 / transactions.max(1) as f64
         );
         for agent in fleet {
             agent.abort();
@@ -179,6 +207,7 @@ async fn main() {
         // 2. Production pace (1 Hz) with fleet dashboards watching: latency from sampling on the
         // agent to the event at a dashboard.
         tokio::time::sleep(Duration::from_secs(2)).await;
+        let swapped = now_ms();
         let fleet = start_agents(&states, 1000);
         let client = reqwest::Client::new();
         let latencies: Arc<Mutex<Vec<i64>>> = Arc::default();
@@ -197,7 +226,8 @@ async fn main() {
             tokio::spawn(watch(open_fleet_feed().await, latencies.clone(), recording.clone()));
         }
         // The replay of what piled up while the agents were swapped has to drain first.
-        tokio::time::sleep(Duration::from_secs(8)).await;
+        wait_until_streaming(&hub, agents, swapped).await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
         let (samples0, started) = (stored(), Instant::now());
         recording.store(true, Ordering::Relaxed);
         tokio::time::sleep(Duration::from_secs(seconds)).await;

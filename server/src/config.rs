@@ -93,6 +93,10 @@ pub struct Config {
     pub live_feeds_per_account: usize,
     /// Live telemetry feeds the server holds open at once.
     pub live_feeds: usize,
+    /// TCP connections the server holds open at once (agents, browsers, live feeds). Past it,
+    /// new connections wait in the kernel's accept queue until one closes. Keep it below the
+    /// process's open-file limit (`ulimit -n`).
+    pub max_connections: usize,
     /// A rented GPU below this utilisation, percent, counts as idle.
     pub idle_gpu_util_pct: u32,
     /// Where the SSH gateway listens (`ssh -p PORT r42@host` reaches rental 42); port 0 picks
@@ -142,6 +146,7 @@ impl Default for Config {
             telemetry_retention_days: 30,
             live_feeds_per_account: 16,
             live_feeds: 5000,
+            max_connections: 20_000,
             idle_gpu_util_pct: 5,
             idle_gpu_minutes: 30,
             ssh_addr: SocketAddr::from(([127, 0, 0, 1], 2222)),
@@ -257,6 +262,28 @@ mod tests {
             assert_eq!(config.database_url.expose(), "postgres://db/cardpool");
             assert!(config.served_over_https());
             assert_eq!(config.site_root, PathBuf::from("target/site"));
+            Ok(())
+        });
+    }
+
+    /// `cardpool.example.toml` names every key (set, or commented out where the default is
+    /// "none") and, as shipped, loads to exactly the defaults.
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail API fixes the closure's error type
+    fn the_example_file_names_every_key_at_its_default() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../cardpool.example.toml");
+        let text = std::fs::read_to_string(path).expect("the example file");
+        let keys = serde_json::to_value(Config::default()).expect("config serialises");
+        for key in keys.as_object().expect("a table").keys() {
+            let named = text.lines().any(|l| {
+                let l = l.trim_start_matches(['#', ' ']);
+                l.strip_prefix(key.as_str()).is_some_and(|rest| rest.trim_start().starts_with('='))
+            });
+            assert!(named, "cardpool.example.toml does not mention `{key}`");
+        }
+        figment::Jail::expect_with(|_jail| {
+            let loaded = Config::load(Some(std::path::Path::new(path))).expect("the example loads");
+            assert_eq!(loaded, Config::default());
             Ok(())
         });
     }

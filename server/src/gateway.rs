@@ -22,7 +22,7 @@ use axum::{
     Extension,
     extract::{
         State,
-        ws::{Message, WebSocket, WebSocketUpgrade},
+        ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade},
     },
     http::{HeaderMap, header},
     response::{IntoResponse, Response},
@@ -203,6 +203,13 @@ async fn serve_connected(
             }
             _ = &mut kicked => {
                 refuse(tx, "another connection of this host took over (is a second agent running with its credential?)").await;
+                break;
+            }
+            () = services.stopping.wait() => {
+                // 1012 "service restart": the agent reconnects (to another replica, if any);
+                // its rentals go on, and what it had not had acknowledged it sends again.
+                let close = CloseFrame { code: 1012, reason: "the server is restarting".into() };
+                let _ = tx.send(Message::Close(Some(close))).await;
                 break;
             }
             () = wake.notified() => {

@@ -87,6 +87,8 @@ pub fn router(services: Services, leptos_options: LeptosOptions, options: HttpOp
 
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/livez", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
         .route("/metrics", get(crate::metrics::scrape))
         .nest("/api/v1", api::router())
         .route("/agent/v1/connect", get(crate::gateway::connect))
@@ -157,6 +159,16 @@ async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
         (StatusCode::OK, "ok")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "database unreachable")
+    }
+}
+
+/// `200 ready` when this server can take traffic (database reachable, migrations applied),
+/// `503` with the reason otherwise. `/livez` answers as long as the process serves at all: an
+/// orchestrator restarts on a failed liveness probe and only routes around a failed readiness one.
+async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    match db::readiness(&state.services.db).await {
+        Ok(()) => (StatusCode::OK, "ready".to_owned()),
+        Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, reason),
     }
 }
 

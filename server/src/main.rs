@@ -211,7 +211,13 @@ async fn serve(config_file: Option<&std::path::Path>, args: ServeArgs) -> anyhow
         eprintln!("Started {} simulated hosts for the demo providers.", demo::DEMO_HOSTS.len());
     }
     eprintln!("\nCardpool is running: open {url}\n");
-    cardpool_server::serve::serve(listener, app, shutdown_signal()).await;
+    let stopping = services.stopping.clone();
+    let shutdown = async move {
+        shutdown_signal().await;
+        tracing::info!("stopping: agent sockets and live feeds are closed so their clients reconnect");
+        stopping.begin();
+    };
+    cardpool_server::serve::serve(listener, app, config.max_connections, shutdown).await;
     tracing::info!("stopped");
     Ok(())
 }

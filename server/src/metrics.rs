@@ -1,6 +1,8 @@
-//! `/metrics` for Prometheus: every connected GPU under dcgm-exporter's metric names and
-//! labels (`gpu`, `UUID`, `device`, `modelName`, `Hostname`, plus `host`, Cardpool's host id),
-//! so stock DCGM Grafana dashboards work, and the server's own counters.
+//! `/metrics` for Prometheus: every connected GPU under dcgm-exporter's metric names, units and
+//! labels (`gpu`, `UUID`, `pci_bus_id`, `device`, `modelName`, `Hostname`, plus `host`,
+//! Cardpool's host id), so stock DCGM Grafana dashboards work, and the server's own counters.
+//! As in DCGM, the XID gauge is the last XID the GPU raised (not only one in the latest
+//! second), throttle reasons are NVML's bitmask, and energy is the driver's running counter.
 //!
 //! Protected by a bearer token (`metrics_token`); without one configured the endpoint does not
 //! exist (404), so a default install exposes nothing.
@@ -13,7 +15,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use cardpool_app::ssr::AppState;
-use cardpool_protocol::GpuSample;
+use cardpool_protocol::{GpuSample, throttle_mask};
 use cardpool_service::telemetry;
 use std::{
     fmt::Write,
@@ -57,95 +59,109 @@ fn label(value: &str) -> String {
     value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
-/// One dcgm-exporter metric: its name, Prometheus type, help text and how to read it off a
-/// sample (`None`: this GPU does not report it).
+/// What the server knows of one GPU: its newest sample and the last XID it raised.
+struct Seen<'a> {
+    sample: &'a GpuSample,
+    last_xid: Option<u64>,
+}
+
+/// One dcgm-exporter metric: its name, Prometheus type, help text and how to read it off what
+/// is known of a GPU (`None`: this GPU does not report it).
 struct DcgmGauge {
     name: &'static str,
     kind: &'static str,
     help: &'static str,
-    read: fn(&GpuSample) -> Option<f64>,
+    read: fn(&Seen<'_>) -> Option<f64>,
 }
 
 const MIB: u64 = 1024 * 1024;
 
-const DCGM_GAUGES: [DcgmGauge; 13] = [
+const DCGM_GAUGES: [DcgmGauge; 14] = [
     DcgmGauge {
         name: "DCGM_FI_DEV_GPU_UTIL",
         kind: "gauge",
         help: "GPU utilization (in %).",
-        read: |g| g.utilization_pct.map(f64::from),
+        read: |g| g.sample.utilization_pct.map(f64::from),
     },
     DcgmGauge {
         name: "DCGM_FI_DEV_FB_USED",
         kind: "gauge",
         help: "Framebuffer memory used (in MiB).",
-        read: |g| g.memory_used_bytes.map(|b| (b / MIB) as f64),
+        read: |g| g.sample.memory_used_bytes.map(|b| (b / MIB) as f64),
     },
     DcgmGauge {
         name: "DCGM_FI_DEV_FB_FREE",
         kind: "gauge",
         help: "Framebuffer memory free (in MiB).",
-        read: |g| g.memory_total_bytes.zip(g.memory_used_bytes).map(|(t, u)| (t.saturating_sub(u) / MIB) as f64),
+        read: |g| {
+            g.sample.memory_total_bytes.zip(g.sample.memory_used_bytes).map(|(t, u)| (t.saturating_sub(u) / MIB) as f64)
+        },
     },
     DcgmGauge {
         name: "DCGM_FI_DEV_GPU_TEMP",
         kind: "gauge",
         help: "GPU temperature (in C).",
-        read: |g| g.temperature_c.map(f64::from),
+        read: |g| g.sample.temperature_c.map(f64::from),
     },
     DcgmGauge {
         name: "DCGM_FI_DEV_POWER_USAGE",
         kind: "gauge",
         help: "Power draw (in W).",
-        read: |g| g.power_milliwatts.map(|mw| f64::from(mw) / 1000.0),
+        read: |g| g.sample.power_milliwatts.map(|mw| f64::from(mw) / 1000.0),
     },
     DcgmGauge {
         name: "DCGM_FI_DEV_POWER_MGMT_LIMIT",
         kind: "gauge",
         help: "Power management limit (in W).",
-        read: |g| g.power_limit_milliwatts.map(|mw| f64::from(mw) / 1000.0),
+        read: |g| g.sample.power_limit_milliwatts.map(|mw| f64::from(mw) / 1000.0),
+    },
+    DcgmGauge {
+        name: "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        kind: "counter",
+        help: "Total energy consumption since boot (in mJ).",
+        read: |g| g.sample.energy_millijoules.map(|mj| mj as f64),
     },
     DcgmGauge {
         name: "DCGM_FI_DEV_SM_CLOCK",
         kind: "gauge",
         help: "SM clock frequency (in MHz).",
-        read: |g| g.sm_clock_mhz.map(f64::from),
+        read: |g| g.sample.sm_clock_mhz.map(f64::from),
     },
     DcgmGauge {
         name: "DCGM_FI_DEV_MEM_CLOCK",
         kind: "gauge",
         help: "Memory clock frequency (in MHz).",
-        read: |g| g.memory_clock_mhz.map(f64::from),
+        read: |g| g.sample.memory_clock_mhz.map(f64::from),
     },
     DcgmGauge {
         name: "DCGM_FI_DEV_FAN_SPEED",
         kind: "gauge",
         help: "Fan speed (in %).",
-        read: |g| g.fan_pct.map(f64::from),
+        read: |g| g.sample.fan_pct.map(f64::from),
     },
     DcgmGauge {
         name: "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
         kind: "counter",
         help: "Total number of single-bit volatile ECC errors.",
-        read: |g| g.ecc_corrected.map(|v| v as f64),
+        read: |g| g.sample.ecc_corrected.map(|v| v as f64),
     },
     DcgmGauge {
         name: "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
         kind: "counter",
         help: "Total number of double-bit volatile ECC errors.",
-        read: |g| g.ecc_uncorrected.map(|v| v as f64),
+        read: |g| g.sample.ecc_uncorrected.map(|v| v as f64),
     },
     DcgmGauge {
         name: "DCGM_FI_DEV_XID_ERRORS",
         kind: "gauge",
         help: "Value of the last XID error encountered.",
-        read: |g| Some(g.xid_errors.last().copied().unwrap_or(0) as f64),
+        read: |g| Some(g.last_xid.unwrap_or(0) as f64),
     },
     DcgmGauge {
         name: "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
         kind: "gauge",
-        help: "Number of active clock throttle reasons.",
-        read: |g| Some(g.throttle_reasons.iter().filter(|r| r.as_str() != "idle").count() as f64),
+        help: "Current clock throttle reasons (bitmask of NVML's reasons).",
+        read: |g| Some(throttle_mask(&g.sample.throttle_reasons) as f64),
     },
 ];
 
@@ -175,24 +191,25 @@ pub async fn scrape(
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
         for (host_id, frame) in &hosts {
             for gpu in &frame.gpus {
-                let value = (gauge.read)(gpu);
-                let Some(value) = value else { continue };
-                let (hostname, model) = snapshot.gpus.get(&(**host_id, gpu.index)).cloned().unwrap_or_default();
+                let seen = Seen { sample: gpu, last_xid: services.telemetry.last_xid(**host_id, gpu.index) };
+                let Some(value) = (gauge.read)(&seen) else { continue };
+                let labels = snapshot.gpus.get(&(**host_id, gpu.index)).cloned().unwrap_or_default();
                 let _ = writeln!(
                     out,
-                    "{name}{{gpu=\"{}\",UUID=\"{}\",device=\"nvidia{}\",modelName=\"{}\",Hostname=\"{}\",host=\"{}\"}} {value}",
+                    "{name}{{gpu=\"{}\",UUID=\"{}\",pci_bus_id=\"{}\",device=\"nvidia{}\",modelName=\"{}\",Hostname=\"{}\",host=\"{}\"}} {value}",
                     gpu.index,
                     label(&gpu.uuid),
+                    label(&labels.pci_bus_id),
                     gpu.index,
-                    label(&model),
-                    label(&hostname),
+                    label(&labels.model),
+                    label(&labels.hostname),
                     host_id
                 );
             }
         }
     }
     let hub = &services.telemetry;
-    let counters: [(&str, &str, &str, f64); 6] = [
+    let counters: [(&str, &str, &str, f64); 7] = [
         (
             "cardpool_http_requests_total",
             "counter",
@@ -222,6 +239,12 @@ pub async fn scrape(
             "counter",
             "Replayed telemetry frames recognised and not stored again.",
             hub.frames_duplicate.load(Ordering::Relaxed) as f64,
+        ),
+        (
+            "cardpool_telemetry_commits_total",
+            "counter",
+            "Telemetry transactions committed (each stores every agent message that arrived during the one before).",
+            hub.commits.load(Ordering::Relaxed) as f64,
         ),
         ("cardpool_dashboards_watching", "gauge", "Live dashboard feeds open.", hub.watchers() as f64),
     ];

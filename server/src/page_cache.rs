@@ -414,7 +414,10 @@ mod tests {
         let shelf = cache.shelf.lock().unwrap();
         assert!(shelf.bytes <= MAX_KEPT_BYTES, "{} bytes kept", shelf.bytes);
         assert_eq!(shelf.bytes, shelf.pages.values().map(|k| k.size()).sum::<usize>());
-        assert!((4..12).contains(&shelf.pages.len()), "{} pages kept", shelf.pages.len());
+        // Fewer than all twelve: the budget turned some away (pages are only dropped when it is
+        // full). How many stay depends on how many were rendered within `MAX_AGE` of each
+        // other, which a loaded machine stretches, so only "some, not all" is certain.
+        assert!((1..12).contains(&shelf.pages.len()), "{} pages kept", shelf.pages.len());
     }
 
     #[test]

@@ -1,5 +1,11 @@
 //! Serving the router on a TCP listener: every connection with `TCP_NODELAY`, the peer's
-//! address as `ConnectInfo`, a deadline for request headers, and a graceful stop.
+//! address as `ConnectInfo`, a deadline for request headers, a cap on open connections, and a
+//! graceful stop.
+//!
+//! The cap: each connection holds a task, buffers and a file descriptor, so without one a flood
+//! of idle connections ends in `EMFILE` for everyone (agents included). At the cap the loop
+//! stops accepting; new connections wait in the kernel's queue until one closes, and a client
+//! that gives up sees a timeout rather than a server out of descriptors.
 //!
 //! `axum::serve` would do all of that but the deadline: hyper only enforces
 //! `header_read_timeout` when given a timer, and axum gives it none, so a client sending its
@@ -18,8 +24,8 @@ use hyper_util::{
     server::{conn::auto::Builder, graceful::GracefulShutdown},
     service::TowerToHyperService,
 };
-use std::{future::Future, time::Duration};
-use tokio::net::TcpListener;
+use std::{future::Future, sync::Arc, time::Duration};
+use tokio::{net::TcpListener, sync::Semaphore};
 use tower::ServiceExt;
 
 /// How long a connection may take to send a request's headers (the first, or the next on a
@@ -29,8 +35,10 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// their own).
 const DRAIN: Duration = Duration::from_secs(10);
 
-/// Serves `app` on `listener` until `shutdown` completes, then drains.
-pub async fn serve(listener: TcpListener, app: Router, shutdown: impl Future<Output = ()>) {
+/// Serves `app` on `listener`, at most `max_connections` at once, until `shutdown` completes,
+/// then drains.
+pub async fn serve(listener: TcpListener, app: Router, max_connections: usize, shutdown: impl Future<Output = ()>) {
+    let open = Arc::new(Semaphore::new(max_connections.max(1)));
     let mut builder = Builder::new(TokioExecutor::new());
     builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
     // WebSockets over HTTP/2 need the CONNECT protocol.
@@ -38,6 +46,10 @@ pub async fn serve(listener: TcpListener, app: Router, shutdown: impl Future<Out
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
+        let permit = tokio::select! {
+            permit = open.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
+            () = &mut shutdown => break,
+        };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -65,6 +77,7 @@ pub async fn serve(listener: TcpListener, app: Router, shutdown: impl Future<Out
             if let Err(err) = connection.await {
                 tracing::debug!(error = %err, %peer, "connection ended with an error");
             }
+            drop(permit);
         });
     }
     drop(listener);

@@ -69,6 +69,22 @@ pub async fn ping(db: &DatabaseConnection) -> bool {
     db.ping().await.is_ok()
 }
 
+/// Whether this server can take traffic (`/readyz`): the database answers and holds every
+/// migration this build knows. `Err` says what is missing, for the operator reading the probe.
+pub async fn readiness(db: &DatabaseConnection) -> Result<(), String> {
+    if !ping(db).await {
+        return Err("database unreachable".into());
+    }
+    match Migrator::get_pending_migrations(db).await {
+        Ok(pending) if pending.is_empty() => Ok(()),
+        Ok(pending) => Err(format!("{} database migration(s) not applied yet", pending.len())),
+        Err(err) => {
+            tracing::warn!(error = %err, "reading the applied migrations failed");
+            Err("cannot read the applied migrations".into())
+        }
+    }
+}
+
 /// A rule of the schema that a write can break and the service answers for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Violation {

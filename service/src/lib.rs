@@ -117,6 +117,8 @@ pub struct Services {
     pub connections: Arc<agent_links::AgentConnections>,
     /// Committed changes to the offer stock (see `stock`).
     pub stock_version: Arc<stock::StockVersion>,
+    /// Set when the server begins to stop: agent sockets and live feeds end.
+    pub stopping: Arc<signals::Stopping>,
 }
 
 impl Services {
@@ -136,6 +138,7 @@ impl Services {
             tunnels: Arc::default(),
             connections: Arc::default(),
             stock_version: Arc::default(),
+            stopping: Arc::default(),
         })
     }
 }

@@ -1,6 +1,8 @@
 //! Wake-ups for connected agents: when a rental on a host changes in a way its agent must act
 //! on (booked, stop requested, preempted), the service pokes that host's gateway connection so
-//! the command goes out now rather than at the next periodic reconcile.
+//! the command goes out now rather than at the next periodic reconcile. And [`Stopping`]: the
+//! server is shutting down, so connections that never end on their own (agent sockets, live
+//! feeds) end now, and their clients reconnect (to another replica, if there is one).
 //!
 //! In-process only: with several server replicas a host's connection may live on another
 //! replica, which still picks the change up at its periodic reconcile (every heartbeat
@@ -10,7 +12,30 @@ use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
 };
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
+
+/// Whether the server has begun to stop. Long-lived connections wait on [`Stopping::wait`].
+pub struct Stopping(watch::Sender<bool>);
+
+impl Default for Stopping {
+    fn default() -> Self {
+        Stopping(watch::channel(false).0)
+    }
+}
+
+impl Stopping {
+    /// Starts the stop: every waiter wakes.
+    pub fn begin(&self) {
+        self.0.send_replace(true);
+    }
+
+    /// Completes once the stop has begun (at once if it already has).
+    pub async fn wait(&self) {
+        let mut stopping = self.0.subscribe();
+        // The sender lives in `self`, which outlives this borrow: the wait cannot fail.
+        let _ = stopping.wait_for(|stopping| *stopping).await;
+    }
+}
 
 #[derive(Default)]
 pub struct HostSignals {

@@ -5,7 +5,7 @@
 
 use super::{GpuHealth, GpuSource, SourceError};
 use crate::supervisor::GpuUse;
-use cardpool_protocol::{GpuInfo, GpuProcess, GpuSample};
+use cardpool_protocol::{GpuInfo, GpuProcess, GpuSample, THROTTLE_REASONS};
 use nvml_wrapper::{
     Device, Nvml,
     bitmasks::{device::ThrottleReasons, event::EventTypes},
@@ -242,6 +242,7 @@ fn sample_of(index: u32, device: &Device<'_>, xids: Vec<u64>) -> GpuSample {
         slowdown_temperature_c: device.temperature_threshold(TemperatureThreshold::Slowdown).ok(),
         power_milliwatts: device.power_usage().ok(),
         power_limit_milliwatts: device.enforced_power_limit().ok(),
+        energy_millijoules: device.total_energy_consumption().ok(),
         sm_clock_mhz: device.clock_info(Clock::SM).ok(),
         memory_clock_mhz: device.clock_info(Clock::Memory).ok(),
         fan_pct: device.fan_speed(0).ok(),
@@ -254,20 +255,7 @@ fn sample_of(index: u32, device: &Device<'_>, xids: Vec<u64>) -> GpuSample {
 }
 
 fn throttle_names(throttle: ThrottleReasons) -> Vec<String> {
-    [
-        (ThrottleReasons::GPU_IDLE, "idle"),
-        (ThrottleReasons::APPLICATIONS_CLOCKS_SETTING, "application clocks"),
-        (ThrottleReasons::SW_POWER_CAP, "power cap"),
-        (ThrottleReasons::HW_SLOWDOWN, "hardware slowdown"),
-        (ThrottleReasons::SYNC_BOOST, "sync boost"),
-        (ThrottleReasons::SW_THERMAL_SLOWDOWN, "thermal slowdown (software)"),
-        (ThrottleReasons::HW_THERMAL_SLOWDOWN, "thermal slowdown (hardware)"),
-        (ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN, "power brake"),
-    ]
-    .iter()
-    .filter(|(flag, _)| throttle.contains(*flag))
-    .map(|(_, name)| (*name).to_owned())
-    .collect()
+    THROTTLE_REASONS.iter().filter(|(bit, _)| throttle.bits() & bit != 0).map(|(_, name)| (*name).to_owned()).collect()
 }
 
 fn health_of(index: u32, device: &Device<'_>) -> GpuHealth {

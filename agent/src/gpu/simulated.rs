@@ -6,7 +6,10 @@ use super::{GpuHealth, GpuSource, SourceError};
 use crate::supervisor::GpuUse;
 use cardpool_protocol::{GpuInfo, GpuProcess, GpuSample};
 use sha2::{Digest, Sha256};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{
+    Mutex,
+    atomic::{AtomicBool, Ordering},
+};
 
 /// Models the simulator knows: (spec name, marketing name, power limit W, MIG, NVLink).
 const CATALOG: &[(&str, &str, u32, bool, bool)] = &[
@@ -72,6 +75,9 @@ pub struct SimulatedSource {
     faults: Vec<Fault>,
     /// XID faults are events: reported in the first sample only.
     xids_reported: std::sync::Arc<AtomicBool>,
+    /// Each GPU's energy counter, as NVML keeps one: (when it was last advanced, seconds since
+    /// the epoch; millijoules so far).
+    energy: std::sync::Arc<Mutex<Vec<(f64, u64)>>>,
 }
 
 impl SimulatedSource {
@@ -118,7 +124,13 @@ impl SimulatedSource {
         if let Some(fault) = faults.iter().find(|f| f.gpu() as usize >= gpus.len()) {
             return Err(format!("fault {fault:?} names a GPU this host does not have ({} GPUs)", gpus.len()));
         }
-        Ok(SimulatedSource { spec: spec.to_owned(), gpus, faults, xids_reported: Default::default() })
+        Ok(SimulatedSource {
+            spec: spec.to_owned(),
+            gpus,
+            faults,
+            xids_reported: Default::default(),
+            energy: Default::default(),
+        })
     }
 }
 
@@ -150,7 +162,18 @@ impl GpuSource for SimulatedSource {
             .map(|d| d.as_secs_f64())
             .unwrap_or_default();
         let report_xids = !self.xids_reported.swap(true, Ordering::Relaxed);
-        Ok(self.gpus.iter().map(|gpu| self.sample_gpu(gpu, t_secs, uses, report_xids)).collect())
+        let mut samples: Vec<GpuSample> =
+            self.gpus.iter().map(|gpu| self.sample_gpu(gpu, t_secs, uses, report_xids)).collect();
+        // The energy counter advances by the power drawn since the previous sample.
+        let mut energy = self.energy.lock().unwrap_or_else(|p| p.into_inner());
+        energy.resize(samples.len(), (t_secs, 0));
+        for (sample, (at, total)) in samples.iter_mut().zip(energy.iter_mut()) {
+            let Some(power) = sample.power_milliwatts else { continue };
+            *total += (f64::from(power) * (t_secs - *at).max(0.0)) as u64;
+            *at = t_secs;
+            sample.energy_millijoules = Some(*total);
+        }
+        Ok(samples)
     }
 
     fn health(&self) -> Result<Vec<GpuHealth>, SourceError> {
@@ -298,8 +321,14 @@ mod tests {
         assert_eq!(first[1].ecc_uncorrected, Some(1));
         assert!(first[2].temperature_c.unwrap() > first[2].slowdown_temperature_c.unwrap());
         assert_eq!(first[3].utilization_pct, None, "off the bus reads nothing");
+        std::thread::sleep(std::time::Duration::from_millis(20));
         let second = source.sample(&uses).unwrap();
         assert!(second[0].xid_errors.is_empty(), "an XID is an event, reported once");
+        // The energy counter starts at zero and grows by at least the idle power × 20 ms.
+        assert_eq!(first[4].energy_millijoules, Some(0));
+        let grown = second[4].energy_millijoules.unwrap();
+        assert!(grown >= u64::from(first[4].power_milliwatts.unwrap()) / 100, "{grown} mJ");
+        assert_eq!(second[3].energy_millijoules, None, "off the bus reads nothing");
     }
 
     proptest! {

@@ -69,7 +69,7 @@ pub async fn rental_logs(
             AppError::Unavailable(_) => Ok(empty_chunk()),
             other => Err(other),
         })?;
-        let stream = follow(services, caller, rental_id, resume);
+        let stream = super::until_stopping(services.stopping.clone(), follow(services, caller, rental_id, resume));
         return Ok(Sse::new(stream).keep_alive(KeepAlive::default()).into_response());
     }
     if query.download {

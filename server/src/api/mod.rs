@@ -24,6 +24,16 @@ use utoipa::{
 };
 use utoipa_axum::router::OpenApiRouter;
 
+/// `events` until the server begins to stop, then the end of the stream: the connection closes
+/// and a browser's `EventSource` reconnects by itself (with `Last-Event-ID`), to a server that
+/// is up. Without it a stop would wait out its drain on feeds that never end.
+pub(crate) fn until_stopping<S: futures_util::Stream>(
+    stopping: std::sync::Arc<cardpool_service::signals::Stopping>,
+    events: S,
+) -> impl futures_util::Stream<Item = S::Item> {
+    futures_util::StreamExt::take_until(events, async move { stopping.wait().await })
+}
+
 /// The API's router, to be nested at `/api/v1`, with its OpenAPI document at `/openapi.json`.
 /// Each module registers its operations once ([`utoipa_axum`]): the route and the documented
 /// path cannot drift apart.

@@ -80,7 +80,8 @@ pub async fn live_telemetry(
     }
     let limits = &services.settings.telemetry;
     let slot = services.telemetry.open_feed(caller.user_id, limits.feeds_per_account, limits.feeds)?;
-    Ok(Sse::new(feed(services, caller, session.id(), grant, slot)).keep_alive(KeepAlive::default()))
+    let events = super::until_stopping(services.stopping.clone(), feed(services, caller, session.id(), grant, slot));
+    Ok(Sse::new(events).keep_alive(KeepAlive::default()))
 }
 
 struct Feed {

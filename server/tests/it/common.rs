@@ -23,6 +23,8 @@ pub struct TestApp {
     pub webhook_secret: String,
     /// The SSH gateway's port (on 127.0.0.1).
     pub ssh_port: u16,
+    /// The HTTP server; it ends once `services.stopping` begins and its connections drained.
+    pub serving: tokio::task::JoinHandle<()>,
     _db: TestDb,
 }
 
@@ -76,8 +78,20 @@ impl TestApp {
         tokio::spawn(cardpool_server::ssh::serve(services.clone(), key, ssh_listener));
         let app =
             http::router(services.clone(), http::leptos_options(&config), http::HttpOptions::from_config(&config));
-        tokio::spawn(cardpool_server::serve::serve(listener, app, std::future::pending()));
-        TestApp { base, services, stripe: running.stripe, stripe_url: running.url, webhook_secret, ssh_port, _db: db }
+        let stopping = services.stopping.clone();
+        let serving = tokio::spawn(cardpool_server::serve::serve(listener, app, config.max_connections, async move {
+            stopping.wait().await
+        }));
+        TestApp {
+            base,
+            services,
+            stripe: running.stripe,
+            stripe_url: running.url,
+            webhook_secret,
+            ssh_port,
+            serving,
+            _db: db,
+        }
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -8,6 +8,7 @@ use cardpool_service::{
     testing::Backend,
 };
 use reqwest::{Client, StatusCode, header};
+use sea_orm::ConnectionTrait;
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -319,6 +320,12 @@ async fn pages_health_and_headers(backend: Backend) {
     let client = Client::new();
     let health = client.get(app.url("/healthz")).send().await.unwrap();
     assert_eq!(health.status(), StatusCode::OK);
+    let probe = async |path: &str| {
+        let res = client.get(app.url(path)).send().await.unwrap();
+        (res.status(), res.text().await.unwrap())
+    };
+    assert_eq!(probe("/livez").await, (StatusCode::OK, "ok".to_owned()));
+    assert_eq!(probe("/readyz").await, (StatusCode::OK, "ready".to_owned()));
 
     let home = client.get(app.url("/")).send().await.unwrap();
     assert_eq!(home.status(), StatusCode::OK);
@@ -439,6 +446,22 @@ async fn pages_health_and_headers(backend: Backend) {
             }
         }
     }
+
+    // A database one migration behind this build: not ready (a load balancer routes around
+    // it), yet alive (nothing to restart).
+    let newest = "(SELECT MAX(version) FROM seaql_migrations)";
+    let removed = app
+        .services
+        .db
+        .execute_unprepared(&format!("DELETE FROM seaql_migrations WHERE version = {newest}"))
+        .await
+        .unwrap();
+    assert_eq!(removed.rows_affected(), 1);
+    assert_eq!(
+        probe("/readyz").await,
+        (StatusCode::SERVICE_UNAVAILABLE, "1 database migration(s) not applied yet".to_owned())
+    );
+    assert_eq!(probe("/livez").await.0, StatusCode::OK);
 }
 
 async fn server_functions_work_as_plain_form_posts(backend: Backend) {

@@ -3,7 +3,7 @@
 //! cut off at their deadline.
 
 use crate::common::TestApp;
-use cardpool_service::{backend_tests, testing::Backend};
+use cardpool_service::{Settings, backend_tests, testing::Backend};
 use reqwest::{Client, StatusCode};
 use std::time::Duration;
 
@@ -101,4 +101,31 @@ async fn slow_headers_are_cut_off() {
     let elapsed = started.elapsed();
     assert!(read == 0 || elapsed >= Duration::from_secs(9), "answered before its headers were complete");
     assert!(elapsed >= Duration::from_secs(9) && elapsed < Duration::from_secs(16), "cut off after {elapsed:?}");
+}
+
+/// Open connections are capped: past `max_connections` a new one waits in the accept queue
+/// (its request unanswered) until one of the open ones closes, then it is served.
+#[tokio::test]
+async fn connections_past_the_cap_wait_for_one_to_close() {
+    use tokio::io::AsyncWriteExt;
+    let config = cardpool_server::Config { max_connections: 2, ..cardpool_server::Config::default() };
+    let app = TestApp::spawn_configured(Backend::Sqlite, Settings::default(), config).await;
+    let addr = app.base.trim_start_matches("http://").to_owned();
+    let mut idle = Vec::new();
+    for _ in 0..2 {
+        let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        // A request begun, its headers not finished: the connection stays open.
+        stream.write_all(b"GET /healthz HTTP/1.1\r\n").await.unwrap();
+        idle.push(stream);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let third = tokio::spawn({
+        let url = app.url("/healthz");
+        async move { Client::new().get(url).send().await.map(|r| r.status()) }
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!third.is_finished(), "a third connection was served while two were open");
+    drop(idle.pop());
+    let status = tokio::time::timeout(Duration::from_secs(5), third).await.expect("never served").unwrap().unwrap();
+    assert_eq!(status, StatusCode::OK, "served once a connection closed");
 }

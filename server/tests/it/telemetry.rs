@@ -82,7 +82,48 @@ backend_tests!(
     two_minutes_disconnected_then_every_frame_is_stored_once,
     the_live_feed_shows_a_renter_only_their_gpus_and_metrics_need_the_token,
     live_feeds_are_capped_per_account_and_overall,
+    a_stop_closes_agent_sockets_and_live_feeds_at_once,
 );
+
+/// When the server begins to stop, the agent's socket and a live feed (connections that never
+/// end on their own) are closed at once, so the drain does not wait them out and their clients
+/// reconnect to a server that is up.
+async fn a_stop_closes_agent_sockets_and_live_feeds_at_once(backend: Backend) {
+    let mut app = TestApp::spawn_with_agents(backend).await;
+    let (provider, state) = provider_with_host(&app, &app.base, "rig").await;
+    let host = state.host_id;
+    let agent = tokio::spawn(async move {
+        let source = SimulatedSource::new("2xH100-80GB", "rig", vec![]).unwrap();
+        let dir = agent_dir("stop");
+        connection::run(&state, &source, None, dir, WorkloadMode::Simulate, Duration::from_millis(200)).await
+    });
+    let mut feed = provider.get(app.url(&format!("/api/v1/telemetry/live?scope=host&id={host}"))).send().await.unwrap();
+    assert_eq!(feed.status(), StatusCode::OK);
+    let mut seen = String::new();
+    tokio::time::timeout(Duration::from_secs(15), async {
+        while !seen.contains("data: ") {
+            seen.push_str(&String::from_utf8_lossy(&feed.chunk().await.unwrap().unwrap()));
+        }
+    })
+    .await
+    .expect("the agent's samples reach the feed");
+    let connections = app.services.connections.clone();
+    let connected = || connections.with(host, |_, _| ()).is_some();
+    assert!(connected(), "the agent's socket is open");
+
+    let stopping = std::time::Instant::now();
+    app.services.stopping.begin();
+    tokio::time::timeout(Duration::from_secs(5), async { while feed.chunk().await.unwrap().is_some() {} })
+        .await
+        .expect("the live feed ends");
+    tokio::time::timeout(Duration::from_secs(5), &mut app.serving)
+        .await
+        .expect("the server stops without waiting out its drain")
+        .unwrap();
+    assert!(stopping.elapsed() < Duration::from_secs(5), "{:?}", stopping.elapsed());
+    eventually(Duration::from_secs(5), "the agent's socket closed", async || (!connected()).then_some(())).await;
+    agent.abort();
+}
 
 async fn live_feeds_are_capped_per_account_and_overall(backend: Backend) {
     let mut settings = Settings::default();
@@ -290,9 +331,18 @@ async fn the_live_feed_shows_a_renter_only_their_gpus_and_metrics_need_the_token
     assert!(
         util_lines[0].contains("modelName=\"NVIDIA H100 80GB HBM3\"") && util_lines[0].contains("Hostname=\"rig\"")
     );
-    for name in
-        ["DCGM_FI_DEV_FB_USED{", "DCGM_FI_DEV_GPU_TEMP{", "DCGM_FI_DEV_POWER_USAGE{", "cardpool_agents_connected 1"]
-    {
+    assert!(util_lines[0].contains("pci_bus_id=\"00000000:18:00.0\""), "{}", util_lines[0]);
+    for name in [
+        "DCGM_FI_DEV_FB_USED{",
+        "DCGM_FI_DEV_GPU_TEMP{",
+        "DCGM_FI_DEV_POWER_USAGE{",
+        "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter",
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{",
+        "DCGM_FI_DEV_XID_ERRORS{",
+        "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{",
+        "cardpool_agents_connected 1",
+        "cardpool_telemetry_commits_total ",
+    ] {
         assert!(metrics.contains(name), "{name} missing: {metrics}");
     }
     assert!(metrics.contains("cardpool_rentals{kind=\"on_demand\",state=\"running\"} 1"), "{metrics}");

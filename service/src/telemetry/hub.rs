@@ -3,6 +3,7 @@
 //! [`FeedSlot`]), and ingest counters. Raw
 //! frames are never stored; the database keeps one-minute rollups (see `ingest`).
 
+use super::ingest::GroupCommit;
 use crate::{AppError, AppResult, alerts};
 use cardpool_domain::telemetry::{GpuReading, HostSample, LiveEvent};
 use cardpool_protocol::{GpuSample, TelemetryFrame};
@@ -29,11 +30,20 @@ pub struct Published {
 pub struct Hub {
     recent: RwLock<HashMap<i64, VecDeque<Arc<Published>>>>,
     latest: RwLock<HashMap<i64, Arc<TelemetryFrame>>>,
+    /// When each host's newest stored frame was sampled.
+    stored_at: RwLock<HashMap<i64, i64>>,
+    /// The last XID each GPU `(host, index)` raised since start-up (DCGM reports the last one
+    /// seen, not only one raised in the latest second).
+    last_xid: RwLock<HashMap<(i64, u32), u64>>,
     feed: broadcast::Sender<Arc<Published>>,
     pub frames_stored: AtomicU64,
     pub samples_stored: AtomicU64,
     pub frames_duplicate: AtomicU64,
+    /// Ingest transactions committed (each stores a group of agent messages).
+    pub commits: AtomicU64,
     pub(crate) alerts: alerts::Memory,
+    /// Agent messages waiting to be stored together (see `ingest`).
+    pub(super) group: GroupCommit,
     /// Open live feeds per account (their sum is the server's).
     feeds: Mutex<HashMap<i64, usize>>,
 }
@@ -61,11 +71,15 @@ impl Default for Hub {
         Hub {
             recent: RwLock::default(),
             latest: RwLock::default(),
+            stored_at: RwLock::default(),
+            last_xid: RwLock::default(),
             feed: broadcast::channel(4096).0,
             frames_stored: AtomicU64::new(0),
             samples_stored: AtomicU64::new(0),
             frames_duplicate: AtomicU64::new(0),
+            commits: AtomicU64::new(0),
             alerts: alerts::Memory::default(),
+            group: GroupCommit::default(),
             feeds: Mutex::default(),
         }
     }
@@ -100,9 +114,15 @@ impl Hub {
         self.feed.receiver_count()
     }
 
-    /// The newest raw frame of every host heard from since start-up.
+    /// The newest raw frame of every host heard from since start-up (shown as it arrived,
+    /// perhaps a moment before it is stored).
     pub fn latest(&self) -> HashMap<i64, Arc<TelemetryFrame>> {
         self.latest.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The last XID GPU `index` of `host_id` raised since start-up, if any.
+    pub fn last_xid(&self, host_id: i64, index: u32) -> Option<u64> {
+        self.last_xid.read().unwrap_or_else(|p| p.into_inner()).get(&(host_id, index)).copied()
     }
 
     pub(super) fn recent(&self, host_id: i64) -> Vec<Arc<Published>> {
@@ -114,20 +134,40 @@ impl Hub {
             .unwrap_or_default()
     }
 
-    pub(super) fn last_at_ms(&self, host_id: i64) -> Option<i64> {
-        self.latest.read().unwrap_or_else(|p| p.into_inner()).get(&host_id).map(|f| f.at_ms)
+    /// When the newest frame stored for `host_id` was sampled (energy counts from there).
+    pub(super) fn last_stored_ms(&self, host_id: i64) -> Option<i64> {
+        self.stored_at.read().unwrap_or_else(|p| p.into_inner()).get(&host_id).copied()
     }
 
-    /// Frames just stored for `host_id`, oldest first: counted, kept as recent, sent to live
-    /// feeds, the newest remembered.
+    /// Frames that just arrived from `host_id`, oldest first, shown at once: those newer than
+    /// the newest shown (a replay is not shown twice) are kept as recent, sent to live feeds,
+    /// and the newest remembered. This happens before they are stored, so a dashboard is not
+    /// held up by the database; what is stored (and billed) is decided by `ingest` alone.
+    pub(super) fn arrived(&self, host_id: i64, frames: &[TelemetryFrame]) {
+        let shown = self.latest.read().unwrap_or_else(|p| p.into_inner()).get(&host_id).map(|f| f.at_ms);
+        let new: Vec<&TelemetryFrame> = frames.iter().filter(|f| shown.is_none_or(|s| f.at_ms > s)).collect();
+        for frame in &new {
+            self.publish(host_id, frame);
+        }
+        let xids: Vec<(u32, u64)> =
+            new.iter().flat_map(|f| &f.gpus).filter_map(|g| Some((g.index, *g.xid_errors.last()?))).collect();
+        if !xids.is_empty() {
+            let mut last = self.last_xid.write().unwrap_or_else(|p| p.into_inner());
+            for (index, xid) in xids {
+                last.insert((host_id, index), xid);
+            }
+        }
+        if let Some(newest) = new.last() {
+            self.latest.write().unwrap_or_else(|p| p.into_inner()).insert(host_id, Arc::new((*newest).clone()));
+        }
+    }
+
+    /// Frames just stored for `host_id`, oldest first: counted, and the newest one's time kept.
     pub(super) fn stored(&self, host_id: i64, fresh: &[&TelemetryFrame]) {
         self.frames_stored.fetch_add(fresh.len() as u64, Ordering::Relaxed);
         self.samples_stored.fetch_add(fresh.iter().map(|f| f.gpus.len() as u64).sum(), Ordering::Relaxed);
-        for frame in fresh {
-            self.publish(host_id, frame);
-        }
         if let Some(newest) = fresh.last() {
-            self.latest.write().unwrap_or_else(|p| p.into_inner()).insert(host_id, Arc::new((*newest).clone()));
+            self.stored_at.write().unwrap_or_else(|p| p.into_inner()).insert(host_id, newest.at_ms);
         }
     }
 

@@ -1,9 +1,10 @@
 //! GPU telemetry: ingest from agents, live fan-out, history, energy, and who may see what.
 //!
 //! An agent's frames are stored once as one-minute rollups and energy per rented GPU
-//! ([`ingest`](ingest::ingest)), acknowledged only after the commit. Raw frames stay in memory
-//! only ([`Hub`]): the last few minutes per host for first paints and `/metrics`, and a
-//! broadcast channel for live dashboards. Each subscriber holds a [`Grant`] ([`access`]) that is
+//! ([`ingest`](ingest::ingest), a group commit shared by every agent sending at the time),
+//! acknowledged only after the commit. Raw frames stay in memory only ([`Hub`]): the last few
+//! minutes per host for first paints and `/metrics`, and a broadcast channel for live
+//! dashboards, which get each frame as it arrives rather than after its transaction. Each subscriber holds a [`Grant`] ([`access`]) that is
 //! re-checked while the feed runs. [`views`] are the dashboards' reads; [`retention`] deletes
 //! old rollups.
 //!
@@ -21,7 +22,7 @@ pub use access::{Grant, Recheck, grant, recheck};
 pub use hub::{FeedSlot, Hub, Published, reading};
 pub use ingest::ingest;
 pub use retention::apply_retention;
-pub use views::{MetricsSnapshot, fleet, metrics_snapshot, my_hosts, provider_energy, rental_energy, view};
+pub use views::{GpuLabels, MetricsSnapshot, fleet, metrics_snapshot, my_hosts, provider_energy, rental_energy, view};
 
 /// History dashboards show by default.
 pub const HISTORY_MINUTES: i64 = 60;

@@ -223,11 +223,19 @@ async fn overview(services: &Services, provider: Option<i64>) -> AppResult<Fleet
 
 /// What `/metrics` needs beside the live frames.
 pub struct MetricsSnapshot {
-    /// (host id, GPU index) → (hostname, model) of hosts online now with a frame in memory.
-    pub gpus: HashMap<(i64, u32), (String, String)>,
+    /// (host id, GPU index) → what labels the GPU, for hosts with a frame in memory.
+    pub gpus: HashMap<(i64, u32), GpuLabels>,
     pub online_hosts: BTreeSet<i64>,
     /// (kind, state, count) of every rental.
     pub rentals: Vec<(String, String, i64)>,
+}
+
+/// What dcgm-exporter labels a GPU with, beyond what its samples say.
+#[derive(Debug, Clone, Default)]
+pub struct GpuLabels {
+    pub hostname: String,
+    pub model: String,
+    pub pci_bus_id: String,
 }
 
 pub async fn metrics_snapshot(services: &Services) -> AppResult<MetricsSnapshot> {
@@ -246,8 +254,9 @@ pub async fn metrics_snapshot(services: &Services) -> AppResult<MetricsSnapshot>
         .context("loading gpus")?
         .into_iter()
         .map(|g| {
-            let host = names.get(&g.host_id).cloned().unwrap_or_default();
-            ((g.host_id, u32::try_from(g.device_index).unwrap_or(0)), (host, g.model))
+            let hostname = names.get(&g.host_id).cloned().unwrap_or_default();
+            let labels = GpuLabels { hostname, model: g.model, pci_bus_id: g.pci_bus_id };
+            ((g.host_id, u32::try_from(g.device_index).unwrap_or(0)), labels)
         })
         .collect();
     #[derive(FromQueryResult)]

@@ -18,6 +18,7 @@ use cardpool_service::{
     testing::{self, Backend},
 };
 use sea_orm::EntityTrait;
+use std::sync::atomic::Ordering;
 
 /// A whole minute ten hours ago, ms (samples may not be dated in the future).
 fn t0() -> i64 {
@@ -64,6 +65,7 @@ async fn stored_samples(services: &Services, host_id: i64, gpu: i32) -> i64 {
 
 backend_tests!(
     replays_duplicates_and_restarts_store_each_frame_once,
+    agents_sending_at_once_are_stored_together_exactly_once,
     energy_counts_only_while_the_rental_runs,
     grants_show_each_viewer_only_their_gpus,
     alerts_follow_conditions_and_idle_rentals_are_told_or_stopped,
@@ -127,6 +129,50 @@ async fn replays_duplicates_and_restarts_store_each_frame_once(backend: Backend)
     assert_eq!(stored_samples(&services, host, 0).await, 162);
     assert_eq!(telemetry::apply_retention(&services).await.unwrap(), 2, "one old minute of two GPUs");
     assert_eq!(stored_samples(&services, host, 0).await, 161);
+}
+
+/// Many agents sending at once: their messages share transactions (group commit), yet every
+/// frame is stored once, each host's cursor moves in order, and a message that arrives twice at
+/// the same moment (an agent reconnecting while its old connection still sends) counts once.
+async fn agents_sending_at_once_are_stored_together_exactly_once(backend: Backend) {
+    let (_db, services) = testing::services(backend, Settings::default()).await;
+    let provider = testing::provider(&services, "p@example.com").await;
+    let mut hosts = Vec::new();
+    for i in 0..30 {
+        hosts.push(testing::host(&services, &provider, &format!("h{i}")).gpus(2).await);
+    }
+    let mut messages = 0;
+    for round in 0..3u64 {
+        let mut sending = tokio::task::JoinSet::new();
+        for (i, host) in hosts.iter().copied().enumerate() {
+            let copies = if i == 0 { 2 } else { 1 };
+            for _ in 0..copies {
+                let services = services.clone();
+                let batch = frames(round * 10 + 1, round * 10 + 10, 2, 30 + i as u32, 150_000);
+                sending.spawn(async move { telemetry::ingest(&services, host, 7, &batch, round).await });
+                messages += 1;
+            }
+        }
+        for ack in sending.join_all().await {
+            assert_eq!(ack.unwrap(), Some(ServerMessage::TelemetryAck { stream: 7, sequence: round * 10 + 10 }));
+        }
+    }
+    for (i, host) in hosts.iter().copied().enumerate() {
+        assert_eq!(stored_samples(&services, host, 0).await, 30, "host {i}, GPU 0");
+        assert_eq!(stored_samples(&services, host, 1).await, 30, "host {i}, GPU 1");
+        let cursor = telemetry_cursors::Entity::find_by_id(host).one(&services.db).await.unwrap().unwrap();
+        assert_eq!((cursor.stream, cursor.sequence, cursor.frames, cursor.dropped), (7, 30, 30, 2), "host {i}");
+    }
+    let first_minute = gpu_rollups::Entity::find().all(&services.db).await.unwrap();
+    let host5: Vec<_> = first_minute.iter().filter(|r| r.host_id == hosts[5] && r.gpu_index == 1).collect();
+    assert_eq!(host5.len(), 1, "30 seconds from a whole minute are one rollup row");
+    assert_eq!(host5[0].util_sum, 30 * 35);
+    assert_eq!(host5[0].energy_mj, 30 * 150_000);
+    let hub = &services.telemetry;
+    assert_eq!(hub.frames_duplicate.load(Ordering::Relaxed), 30, "host 0's second copy of each round");
+    assert_eq!(hub.samples_stored.load(Ordering::Relaxed), 30 * 30 * 2);
+    let commits = hub.commits.load(Ordering::Relaxed);
+    assert!(commits * 2 <= messages, "{messages} messages took {commits} transactions");
 }
 
 async fn booked(services: &Services, renter: &Principal, host: i64, gpus: u32, stop_when_idle: bool) -> i64 {
@@ -262,6 +308,9 @@ async fn alerts_follow_conditions_and_idle_rentals_are_told_or_stopped(backend: 
     hot[0].gpus[2].ecc_uncorrected = Some(2);
     telemetry::ingest(&services, host, 1, &hot, 0).await.unwrap();
     telemetry::ingest(&services, host, 1, &now_frames(2, 1, 4, 50, 200_000), 0).await.unwrap();
+    // The newest frame has no XID; the last one seen is still known (DCGM's XID gauge).
+    assert_eq!(services.telemetry.last_xid(host, 1), Some(79));
+    assert_eq!(services.telemetry.last_xid(host, 0), None);
     let listed = alerts::list_alerts(&services, &admin).await.unwrap();
     let kind_of = |k: AlertKind| listed.iter().filter(|a| a.kind == k).collect::<Vec<_>>();
     assert_eq!(kind_of(AlertKind::OverTemperature).len(), 1);
