@@ -64,10 +64,16 @@ e2e() {
   CARDPOOL_HEARTBEAT_INTERVAL_SECS=1 CARDPOOL_HOST_OFFLINE_GRACE_SECS=5 CARDPOOL_AGENT_RECONNECT_SECS=5 \
     start_server "$PWD/target/release/cardpool" "target/e2e-logs/server-$backend.log" \
     --database-url "$url" --demo --site-root "$PWD/target/site"
+  local report="target/e2e-logs/playwright-$backend.txt"
   if ! (cd end2end && CARDPOOL_E2E_URL="$SERVER_URL" CARDPOOL_E2E_BACKEND="$backend" \
-    CARDPOOL_AGENT_BIN="$PWD/../target/debug/cardpool-agent" npx playwright test); then
+    CARDPOOL_AGENT_BIN="$PWD/../target/debug/cardpool-agent" npx playwright test) 2>&1 | tee "$report"; then
+    # Printed last, so the end of a failed run's output says which test failed and why: first
+    # the server's log around it, then Playwright's summary of the failures.
     say "Playwright failed on $backend; the server's log (target/e2e-logs/server-$backend.log) ends:"
-    tail -n 80 "target/e2e-logs/server-$backend.log"
+    tail -n 40 "target/e2e-logs/server-$backend.log"
+    say "Playwright's failures on $backend (all of its output: $report):"
+    # Each failure's title and the first lines of its error; then the counts.
+    awk '/^  [0-9]+\) /{n=8} n>0 && NF {print; n--} /^  [0-9]+ (failed|flaky|did not run|passed)/' "$report"
     exit 1
   fi
   stop_server

@@ -4,7 +4,7 @@ import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { failOnCspViolations, hydrated, signIn, snap } from "./support";
+import { endRentalsAfterFailure, failOnCspViolations, hydrated, signIn, snap } from "./support";
 
 const run = promisify(execFile);
 
@@ -14,6 +14,7 @@ const run = promisify(execFile);
 // charge is what left the wallet; a spot rental is preempted by an on-demand booking, gets its
 // notice and ends as preempted. Every rental is ended again, so the market is as it was.
 failOnCspViolations();
+endRentalsAfterFailure();
 
 /** "$1.234567" → 1234567 micro-dollars, exactly. */
 function micros(text: string): bigint {

@@ -51,3 +51,23 @@ export async function signUp(page: Page, email: string, password = "correct hors
   await page.getByRole("button", { name: "Create account" }).click();
   await expect(page).toHaveURL(/\/account$/);
 }
+
+/** In a spec whose tests rent GPUs: after a test that failed, ends every rental of the signed-in
+ * account still holding GPUs, so one failure stays one failure. Otherwise a rental left running
+ * (a reservation holds its GPU for an hour) empties the demo offer for every test after it, and
+ * each of those waits out its whole timeout on an offer that never shows. Passing tests end
+ * their own rentals; this does not do it for them. */
+export function endRentalsAfterFailure() {
+  test.afterEach(async ({ page }, testInfo) => {
+    if (testInfo.status === testInfo.expectedStatus) return;
+    const origin = new URL(String(testInfo.project.use.baseURL)).origin;
+    const list = await page.request.get("/api/v1/rentals");
+    if (!list.ok()) return;
+    for (const rental of await list.json()) {
+      if (["requested", "provisioning", "running"].includes(rental.state)) {
+        const stop = await page.request.post(`/api/v1/rentals/${rental.id}/stop`, { headers: { origin } });
+        console.log(`after the failure: rental ${rental.id} (${rental.state}) stopped: HTTP ${stop.status()}`);
+      }
+    }
+  });
+}

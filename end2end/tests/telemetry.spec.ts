@@ -1,10 +1,11 @@
 import { expect, test, type Locator } from "@playwright/test";
-import { failOnCspViolations, hydrated, signIn, snap } from "./support";
+import { endRentalsAfterFailure, failOnCspViolations, hydrated, signIn, snap } from "./support";
 
 // Live telemetry against the demo server's simulated agents (one sample a second): a chart on
 // a rental's page and the admin's fleet chart and heat map change while the page stays open,
 // with no reload. The rental is ended again, so the market is as it was.
 failOnCspViolations();
+endRentalsAfterFailure();
 
 /** The number of points a live chart draws. */
 async function points(chart: Locator): Promise<number> {

@@ -66,6 +66,19 @@ impl Relay {
     }
 }
 
+/// A simulated agent of `shape` for the enrolled host `state`, one telemetry frame per `frame`.
+fn spawn_agent(
+    state: cardpool_agent::state::AgentState,
+    shape: &'static str,
+    dir: &'static str,
+    frame: Duration,
+) -> JoinHandle<Result<(), String>> {
+    tokio::spawn(async move {
+        let source = SimulatedSource::new(shape, "rig", vec![]).unwrap();
+        connection::run(&state, &source, None, agent_dir(dir), WorkloadMode::Simulate, frame).await
+    })
+}
+
 async fn provider_with_host(app: &TestApp, server: &str, name: &str) -> (Client, cardpool_agent::state::AgentState) {
     let provider = app.provider(&format!("{name}@example.com")).await;
     let token = app.enrollment_token(&provider, "Lab").await;
@@ -92,11 +105,7 @@ async fn a_stop_closes_agent_sockets_and_live_feeds_at_once(backend: Backend) {
     let mut app = TestApp::spawn_with_agents(backend).await;
     let (provider, state) = provider_with_host(&app, &app.base, "rig").await;
     let host = state.host_id;
-    let agent = tokio::spawn(async move {
-        let source = SimulatedSource::new("2xH100-80GB", "rig", vec![]).unwrap();
-        let dir = agent_dir("stop");
-        connection::run(&state, &source, None, dir, WorkloadMode::Simulate, Duration::from_millis(200)).await
-    });
+    let agent = spawn_agent(state, "2xH100-80GB", "stop", Duration::from_millis(200));
     let mut feed = provider.get(app.url(&format!("/api/v1/telemetry/live?scope=host&id={host}"))).send().await.unwrap();
     assert_eq!(feed.status(), StatusCode::OK);
     let mut seen = String::new();
@@ -168,11 +177,7 @@ async fn two_minutes_disconnected_then_every_frame_is_stored_once(backend: Backe
     let (_provider, state) = provider_with_host(&app, &format!("http://127.0.0.1:{}", relay.port), "rig").await;
     let host = state.host_id;
     // 20 ms a frame: 120 frames (two minutes at 1 Hz) pass in 2.4 s.
-    let agent = tokio::spawn(async move {
-        let source = SimulatedSource::new("8xH100-80GB", "rig", vec![]).unwrap();
-        let dir = agent_dir("telemetry");
-        connection::run(&state, &source, None, dir, WorkloadMode::Simulate, Duration::from_millis(20)).await
-    });
+    let agent = spawn_agent(state, "8xH100-80GB", "telemetry", Duration::from_millis(20));
     let before = eventually(Duration::from_secs(10), "telemetry arriving", async || {
         cursor(&app, host).await.filter(|c| c.frames >= 20)
     })
@@ -247,11 +252,7 @@ async fn the_live_feed_shows_a_renter_only_their_gpus_and_metrics_need_the_token
     workers::spawn(&app.services, Duration::from_secs(5), Duration::ZERO, Duration::from_secs(1));
     let (provider, state) = provider_with_host(&app, &app.base, "rig").await;
     let host = state.host_id;
-    let agent = tokio::spawn(async move {
-        let source = SimulatedSource::new("4xH100-80GB", "rig", vec![]).unwrap();
-        let dir = agent_dir("telemetry-feed");
-        connection::run(&state, &source, None, dir, WorkloadMode::Simulate, Duration::from_millis(200)).await
-    });
+    let agent = spawn_agent(state, "4xH100-80GB", "telemetry-feed", Duration::from_millis(200));
     let owner = accounts::principal_for_email(&app.services, "rig@example.com").await.unwrap();
     eventually(Duration::from_secs(10), "inventory", async || {
         (hosts::get_host(&app.services, &owner, host).await.unwrap().gpus.len() == 4).then_some(())

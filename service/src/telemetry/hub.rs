@@ -144,8 +144,17 @@ impl Hub {
     /// and the newest remembered. This happens before they are stored, so a dashboard is not
     /// held up by the database; what is stored (and billed) is decided by `ingest` alone.
     pub(super) fn arrived(&self, host_id: i64, frames: &[TelemetryFrame]) {
-        let shown = self.latest.read().unwrap_or_else(|p| p.into_inner()).get(&host_id).map(|f| f.at_ms);
-        let new: Vec<&TelemetryFrame> = frames.iter().filter(|f| shown.is_none_or(|s| f.at_ms > s)).collect();
+        // One write lock decides what is new and marks it shown, so two messages of a host read
+        // at once (a reconnect overlapping its old socket) cannot both show the same frames.
+        let new: Vec<&TelemetryFrame> = {
+            let mut latest = self.latest.write().unwrap_or_else(|p| p.into_inner());
+            let shown = latest.get(&host_id).map(|f| f.at_ms);
+            let new: Vec<&TelemetryFrame> = frames.iter().filter(|f| shown.is_none_or(|s| f.at_ms > s)).collect();
+            if let Some(newest) = new.last() {
+                latest.insert(host_id, Arc::new((*newest).clone()));
+            }
+            new
+        };
         for frame in &new {
             self.publish(host_id, frame);
         }
@@ -156,9 +165,6 @@ impl Hub {
             for (index, xid) in xids {
                 last.insert((host_id, index), xid);
             }
-        }
-        if let Some(newest) = new.last() {
-            self.latest.write().unwrap_or_else(|p| p.into_inner()).insert(host_id, Arc::new((*newest).clone()));
         }
     }
 

@@ -188,14 +188,16 @@ pub async fn ingest(
     group.queue.lock().unwrap_or_else(|p| p.into_inner()).push_back(Pending { host_id, stream, frames, dropped, done });
     let stored = {
         let _turn = group.writer.lock().await;
-        // A writer before us may already have stored our message with its group.
-        let mut answer = outcome.try_recv();
-        if matches!(answer, Err(oneshot::error::TryRecvError::Empty)) {
-            write_next_group(services).await;
-            answer = outcome.try_recv();
+        // A writer before us may already have stored our message with its group; if not, the
+        // groups ahead of it are written until it has been (a group is bounded, so a long queue
+        // takes several).
+        loop {
+            match outcome.try_recv() {
+                Err(oneshot::error::TryRecvError::Empty) => write_next_group(services).await,
+                // Closed: its writer was cancelled mid-write; nothing was acknowledged, the agent replays.
+                answer => break answer.unwrap_or(Err(AppError::Internal)),
+            }
         }
-        // No answer: its writer was cancelled mid-write; nothing was acknowledged, the agent replays.
-        answer.unwrap_or(Err(AppError::Internal))
     }?;
 
     let duplicates = sent - stored.fresh.len();
