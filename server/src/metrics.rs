@@ -186,26 +186,32 @@ pub async fn scrape(
     let latest = services.telemetry.latest();
     let mut hosts: Vec<_> = latest.iter().filter(|(id, _)| snapshot.online_hosts.contains(id)).collect();
     hosts.sort_by_key(|(id, _)| **id);
+    // Each GPU's labels and what is known of it, worked out once for every gauge.
+    let gpus: Vec<(Seen<'_>, String)> = hosts
+        .iter()
+        .flat_map(|(host_id, frame)| frame.gpus.iter().map(move |gpu| (**host_id, gpu)))
+        .map(|(host_id, gpu)| {
+            let known = snapshot.gpus.get(&(host_id, gpu.index));
+            let (pci_bus_id, model, hostname) =
+                known.map_or(("", "", ""), |l| (l.pci_bus_id.as_str(), l.model.as_str(), l.hostname.as_str()));
+            let labels = format!(
+                "gpu=\"{}\",UUID=\"{}\",pci_bus_id=\"{}\",device=\"nvidia{}\",modelName=\"{}\",Hostname=\"{}\",host=\"{host_id}\"",
+                gpu.index,
+                label(&gpu.uuid),
+                label(pci_bus_id),
+                gpu.index,
+                label(model),
+                label(hostname),
+            );
+            (Seen { sample: gpu, last_xid: services.telemetry.last_xid(host_id, gpu.index) }, labels)
+        })
+        .collect();
     for gauge in DCGM_GAUGES {
         let (name, kind, help) = (gauge.name, gauge.kind, gauge.help);
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for (host_id, frame) in &hosts {
-            for gpu in &frame.gpus {
-                let seen = Seen { sample: gpu, last_xid: services.telemetry.last_xid(**host_id, gpu.index) };
-                let Some(value) = (gauge.read)(&seen) else { continue };
-                let labels = snapshot.gpus.get(&(**host_id, gpu.index)).cloned().unwrap_or_default();
-                let _ = writeln!(
-                    out,
-                    "{name}{{gpu=\"{}\",UUID=\"{}\",pci_bus_id=\"{}\",device=\"nvidia{}\",modelName=\"{}\",Hostname=\"{}\",host=\"{}\"}} {value}",
-                    gpu.index,
-                    label(&gpu.uuid),
-                    label(&labels.pci_bus_id),
-                    gpu.index,
-                    label(&labels.model),
-                    label(&labels.hostname),
-                    host_id
-                );
-            }
+        for (seen, labels) in &gpus {
+            let Some(value) = (gauge.read)(seen) else { continue };
+            let _ = writeln!(out, "{name}{{{labels}}} {value}");
         }
     }
     let hub = &services.telemetry;

@@ -420,6 +420,39 @@ mod tests {
         assert!((1..12).contains(&shelf.pages.len()), "{} pages kept", shelf.pages.len());
     }
 
+    /// The budget itself, without the timing of real renderings: pages of exactly 2 MiB fill
+    /// the 16 MiB shelf at eight, a ninth fresh one is turned away, and once the eight have
+    /// expired they make room for new ones.
+    #[test]
+    fn the_shelf_keeps_pages_within_its_byte_budget_and_drops_expired_ones_first() {
+        let page = |at: Instant| {
+            Arc::new(Kept {
+                version: 0,
+                at,
+                headers: HeaderMap::new(),
+                policy: Vec::new(),
+                body: vec![Bytes::from(vec![b'x'; MAX_PAGE_BYTES])],
+                deflated: Vec::new(),
+            })
+        };
+        let mut shelf = Shelf::default();
+        let now = Instant::now();
+        for n in 0..12 {
+            shelf.put(format!("/offers?page={n}"), page(now));
+        }
+        assert_eq!(shelf.pages.len(), MAX_KEPT_BYTES / MAX_PAGE_BYTES, "as many as the budget holds");
+        assert_eq!(shelf.bytes, MAX_KEPT_BYTES);
+
+        let mut shelf = Shelf::default();
+        let expired = now.checked_sub(MAX_AGE * 2).expect("the clock is past two seconds");
+        for n in 0..8 {
+            shelf.put(format!("/offers?page={n}"), page(expired));
+        }
+        shelf.put("/offers?page=new".into(), page(now));
+        assert_eq!(shelf.pages.keys().collect::<Vec<_>>(), ["/offers?page=new"], "the expired pages made room");
+        assert_eq!(shelf.bytes, MAX_PAGE_BYTES);
+    }
+
     #[test]
     fn finds_the_policys_nonce() {
         let policy = "default-src 'self'; script-src 'self' 'nonce-AbCdEfGhIjKlMnOpQrStUv' 'wasm-unsafe-eval'";

@@ -118,18 +118,11 @@ fn check_batch(frames: &[TelemetryFrame]) -> AppResult<()> {
 /// while disconnected.)
 const CLOCK_AHEAD_MS: i64 = 5_000;
 
-fn within_clock(frames: &[TelemetryFrame], now_ms: i64) -> std::borrow::Cow<'_, [TelemetryFrame]> {
-    if frames.iter().all(|f| f.at_ms <= now_ms + CLOCK_AHEAD_MS) {
-        return std::borrow::Cow::Borrowed(frames);
+fn within_clock(mut frames: Vec<TelemetryFrame>, now_ms: i64) -> Vec<TelemetryFrame> {
+    for frame in frames.iter_mut().filter(|f| f.at_ms > now_ms + CLOCK_AHEAD_MS) {
+        frame.at_ms = now_ms;
     }
-    let clamped = frames
-        .iter()
-        .map(|f| TelemetryFrame {
-            at_ms: if f.at_ms > now_ms + CLOCK_AHEAD_MS { now_ms } else { f.at_ms },
-            ..f.clone()
-        })
-        .collect();
-    std::borrow::Cow::Owned(clamped)
+    frames
 }
 
 /// Messages one transaction stores at most, counted in GPU samples (a group past it leaves the
@@ -141,12 +134,17 @@ const MAX_GROUP_SAMPLES: usize = 100_000;
 /// and PostgreSQL's 65,535).
 const ROWS_PER_STATEMENT: usize = 1_000;
 
-/// One agent message waiting for the next group commit.
-struct Pending {
+/// One agent's telemetry message, as the group commit stores it.
+struct Message {
     host_id: i64,
     stream: i64,
     frames: Vec<TelemetryFrame>,
     dropped: i64,
+}
+
+/// A message waiting for the next group commit, and where its outcome goes.
+struct Pending {
+    message: Message,
     done: oneshot::Sender<AppResult<Stored>>,
 }
 
@@ -177,7 +175,7 @@ pub async fn ingest(
     let Some(last) = frames.last() else { return Ok(None) };
     let ack = ServerMessage::TelemetryAck { stream, sequence: last.sequence };
     let stream = i64::try_from(stream).map_err(|_| AppError::invalid_field("stream", "out of range"))?;
-    let frames = within_clock(frames, Utc::now().timestamp_millis()).into_owned();
+    let frames = within_clock(frames.to_vec(), Utc::now().timestamp_millis());
     let dropped = i64::try_from(dropped).unwrap_or(i64::MAX);
     let sent = frames.len();
     // Dashboards see the frames now; storing them may wait for the transaction before.
@@ -185,7 +183,11 @@ pub async fn ingest(
 
     let group = &services.telemetry.group;
     let (done, mut outcome) = oneshot::channel();
-    group.queue.lock().unwrap_or_else(|p| p.into_inner()).push_back(Pending { host_id, stream, frames, dropped, done });
+    group
+        .queue
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push_back(Pending { message: Message { host_id, stream, frames, dropped }, done });
     let stored = {
         let _turn = group.writer.lock().await;
         // A writer before us may already have stored our message with its group; if not, the
@@ -219,7 +221,7 @@ async fn write_next_group(services: &Services) {
         let mut samples = 0;
         let mut taken = 0;
         for pending in queue.iter() {
-            let size: usize = pending.frames.iter().map(|f| f.gpus.len().max(1)).sum();
+            let size: usize = pending.message.frames.iter().map(|f| f.gpus.len().max(1)).sum();
             if taken > 0 && samples + size > MAX_GROUP_SAMPLES {
                 break;
             }
@@ -228,8 +230,7 @@ async fn write_next_group(services: &Services) {
         }
         queue.drain(..taken).collect::<Vec<_>>()
     };
-    let (messages, answers): (Vec<_>, Vec<_>) =
-        group.into_iter().map(|p| ((p.host_id, p.stream, p.frames, p.dropped), p.done)).unzip();
+    let (messages, answers): (Vec<_>, Vec<_>) = group.into_iter().map(|p| (p.message, p.done)).unzip();
     match write_group(services, messages).await {
         Ok(stored) => {
             for (answer, stored) in answers.into_iter().zip(stored) {
@@ -253,14 +254,11 @@ struct CursorMove {
     dropped: i64,
 }
 
-/// One transaction for a group of messages `(host, stream, frames, dropped)`, in arrival order
+/// One transaction for a group of messages, in arrival order
 /// (two messages of one host are filtered against each other as well as against its cursor).
-async fn write_group(
-    services: &Services,
-    messages: Vec<(i64, i64, Vec<TelemetryFrame>, i64)>,
-) -> AppResult<Vec<Stored>> {
+async fn write_group(services: &Services, messages: Vec<Message>) -> AppResult<Vec<Stored>> {
     let now = Utc::now();
-    let hosts: Vec<i64> = messages.iter().map(|m| m.0).collect::<BTreeSet<_>>().into_iter().collect();
+    let hosts: Vec<i64> = messages.iter().map(|m| m.host_id).collect::<BTreeSet<_>>().into_iter().collect();
     let txn = begin_write(&services.db).await.context("starting telemetry ingest")?;
     let mut cursors = load_cursors(&txn, &hosts).await?;
     let live = live_rentals(&txn, &hosts).await?;
@@ -269,7 +267,7 @@ async fn write_group(
     let mut moves: BTreeMap<i64, CursorMove> = BTreeMap::new();
     let mut previous: HashMap<i64, Option<i64>> = HashMap::new();
     let mut stored = Vec::with_capacity(messages.len());
-    for (host_id, stream, frames, dropped) in messages {
+    for Message { host_id, stream, frames, dropped } in messages {
         let cursor = cursors.get(&host_id).copied();
         let fresh: Vec<TelemetryFrame> =
             frames.into_iter().filter(|f| is_new(cursor, stream, f.sequence as i64)).collect();
