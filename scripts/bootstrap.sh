@@ -78,4 +78,12 @@ if $with_test; then
     as_root pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start
     for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
   fi
+  # NATS with JetStream: the cluster tests' bus (two replicas in one test process).
+  command -v nats-server >/dev/null || apt_install nats-server
+  if ! (exec 3<>/dev/tcp/127.0.0.1/4222) 2>/dev/null; then
+    say "starting NATS (JetStream) on 127.0.0.1:4222"
+    mkdir -p target/nats
+    nohup nats-server -a 127.0.0.1 -p 4222 -js -sd "$PWD/target/nats" >target/nats/server.log 2>&1 &
+    for _ in $(seq 1 30); do (exec 3<>/dev/tcp/127.0.0.1/4222) 2>/dev/null && break; sleep 0.5; done
+  fi
 fi

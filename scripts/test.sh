@@ -18,6 +18,7 @@ say "disk: $(df -h --output=avail . | tail -1 | tr -d ' ') free"
 # compile the app the same way.
 export RUSTFLAGS="--cfg erase_components"
 export CARDPOOL_TEST_POSTGRES_URL="${CARDPOOL_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}"
+export CARDPOOL_TEST_NATS_URL="${CARDPOOL_TEST_NATS_URL:-nats://127.0.0.1:4222}"
 
 say "rustfmt"
 cargo fmt --all -- --check

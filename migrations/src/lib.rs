@@ -21,6 +21,7 @@ mod m20261201_000011_offer_stock_market;
 mod m20261201_000012_ssh_keys;
 mod m20261201_000013_hardening;
 mod m20261201_000014_hashed_sessions;
+mod m20261202_000015_replicas;
 
 pub struct Migrator;
 
@@ -42,6 +43,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000012_ssh_keys::Migration),
             Box::new(m20261201_000013_hardening::Migration),
             Box::new(m20261201_000014_hashed_sessions::Migration),
+            Box::new(m20261202_000015_replicas::Migration),
         ]
     }
 }

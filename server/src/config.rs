@@ -77,6 +77,9 @@ pub struct Config {
     pub stripe_webhook_secret: Option<Secret>,
     /// Stripe API base URL; only for a Stripe-compatible server of your own.
     pub stripe_api_base: Option<String>,
+    /// NATS server the replicas of a cluster share notes and live telemetry through
+    /// (`nats://host:4222`). Set it only for several replicas on one PostgreSQL database.
+    pub nats_url: Option<Secret>,
     /// Run the bundled local test-mode Stripe when no key is set, outside `--demo` too.
     pub stripe_local: bool,
     /// Seconds a preempted spot workload gets between its notice and being stopped.
@@ -139,6 +142,7 @@ impl Default for Config {
             stripe_webhook_secret: None,
             stripe_api_base: None,
             stripe_local: false,
+            nats_url: None,
             preemption_notice_secs: 30,
             low_balance_warning_minutes: 10,
             billing_interval_secs: 15,
@@ -227,6 +231,7 @@ impl Config {
             },
             // Set once the gateway is listening (see `crate::ssh::endpoint`).
             ssh: None,
+            nats_url: self.nats_url.as_ref().map(|url| url.expose().to_owned()),
         }
     }
 }

@@ -16,6 +16,10 @@
 //!
 //! Telemetry: each batch is stored by `telemetry::ingest` and acknowledged only after it is
 //! committed; the agent replays anything unacknowledged on its next connection.
+//!
+//! Replicas: a connection takes its host over in the database at hello (`hosts.connection_id`);
+//! a connection that no longer owns its host (the agent reconnected, here or on another
+//! replica) ends at its next heartbeat, or at once when the bus carries the other replica's kick.
 
 use crate::edges::ApiError;
 use axum::{
@@ -30,7 +34,7 @@ use axum::{
 use cardpool_app::ssr::AppState;
 use cardpool_domain::AppError;
 use cardpool_protocol::{AgentMessage, PROTOCOL_VERSION, ServerMessage};
-use cardpool_service::{Services, entities::hosts as host_rows, hosts, rentals, telemetry, tunnels};
+use cardpool_service::{Services, bus, entities::hosts as host_rows, hosts, rentals, telemetry, tunnels};
 use futures_util::{SinkExt, StreamExt, stream::SplitSink};
 use std::time::Duration;
 
@@ -41,6 +45,8 @@ pub struct GatewayOptions {
     pub metrics: std::sync::Arc<crate::metrics::ServerMetrics>,
 }
 
+/// Why a connection that lost its host to a newer one ends.
+const TAKEN_OVER: &str = "another connection of this host took over (is a second agent running with its credential?)";
 /// How long a new connection may take to say hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest message an agent may send: a telemetry batch (60 frames of 64 GPUs) is ~600 KiB.
@@ -137,32 +143,48 @@ async fn serve_agent(
         host_id: host.id,
         heartbeat_interval_secs: options.heartbeat_interval.as_secs().max(1),
     };
-    if !send(&mut tx, &welcome).await || hosts::record_heartbeat(&services, &host).await.is_err() {
+    // One live connection per host: a newer one's arrival here drops `kick`'s sender, and one
+    // elsewhere takes the host over in the database (and says so on the bus).
+    let (kick, kicked) = tokio::sync::oneshot::channel();
+    let hooked = services.connections.connect(host.id, kick);
+    let connection = bus::connection_id(&services, hooked.generation);
+    if !send(&mut tx, &welcome).await || hosts::connect_host(&services, &host, &connection).await.is_err() {
         return;
     }
-    tracing::info!(host.id = host.id, "agent connected");
+    tracing::info!(host.id = host.id, %connection, "agent connected");
     options.metrics.agents_connected.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    serve_connected(&services, &host, &credential, &options, agent_protocol, &mut tx, &mut rx).await;
+    let link = Link { host: &host, credential: &credential, connection: &connection, protocol: agent_protocol };
+    serve_connected(&services, link, &options, kicked, &mut tx, &mut rx).await;
     options.metrics.agents_connected.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    drop(hooked);
+    if let Err(err) = hosts::disconnect_host(&services, host.id, &connection).await {
+        tracing::debug!(host.id = host.id, error = %err, "agent disconnect not recorded");
+    }
     // A closed connection is not an offline host: the agent reconnects within the offline grace
     // and its rentals go on; only the reaper, judging silence, takes a host offline. So a stale
     // socket closing late can never mark a host that has already reconnected.
     tracing::info!(host.id = host.id, "agent disconnected; offline if silent past the grace");
 }
 
+/// A welcomed agent connection: whose it is and what it speaks.
+struct Link<'a> {
+    host: &'a host_rows::Model,
+    credential: &'a str,
+    /// This connection's id, as `hosts.connection_id` holds it while it owns the host.
+    connection: &'a str,
+    protocol: cardpool_protocol::ProtocolVersion,
+}
+
 /// The connection after a welcome: commands out, reports in, until either side goes.
 async fn serve_connected(
     services: &Services,
-    host: &host_rows::Model,
-    credential: &str,
+    link: Link<'_>,
     options: &GatewayOptions,
-    agent_protocol: cardpool_protocol::ProtocolVersion,
+    mut kicked: tokio::sync::oneshot::Receiver<()>,
     tx: &mut Sender,
     rx: &mut futures_util::stream::SplitStream<WebSocket>,
 ) {
-    // One live connection per host: a newer one's arrival drops `kick`'s sender.
-    let (kick, mut kicked) = tokio::sync::oneshot::channel();
-    let _connection = services.connections.connect(host.id, kick);
+    let Link { host, credential, connection, protocol: agent_protocol } = link;
     let mut stored = TokenBucket::new(STORED_PER_SEC, STORED_BURST);
     let mut relayed = TokenBucket::new(RELAYED_PER_SEC, RELAYED_BURST);
     let wake = services.signals.subscribe(host.id);
@@ -202,7 +224,7 @@ async fn serve_connected(
                 }
             }
             _ = &mut kicked => {
-                refuse(tx, "another connection of this host took over (is a second agent running with its credential?)").await;
+                refuse(tx, TAKEN_OVER).await;
                 break;
             }
             () = services.stopping.wait() => {
@@ -235,7 +257,14 @@ async fn serve_connected(
                 let result = match message {
                     Ok(AgentMessage::Inventory(inventory)) => hosts::record_inventory(services, host, &inventory).await,
                     Ok(AgentMessage::Heartbeat { rentals: running, .. }) => {
-                        let mut beat = hosts::record_heartbeat(services, host).await;
+                        let mut beat = match hosts::record_connection_heartbeat(services, host, connection).await {
+                            Ok(true) => Ok(()),
+                            Ok(false) => {
+                                refuse(tx, TAKEN_OVER).await;
+                                break;
+                            }
+                            Err(err) => Err(err),
+                        };
                         if beat.is_ok() && reconciles {
                             beat = rentals::reconcile_running(services, host.id, &running).await.map(|_| ());
                         }

@@ -162,11 +162,16 @@ async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
     }
 }
 
-/// `200 ready` when this server can take traffic (database reachable, migrations applied),
-/// `503` with the reason otherwise. `/livez` answers as long as the process serves at all: an
-/// orchestrator restarts on a failed liveness probe and only routes around a failed readiness one.
+/// `200 ready` when this server can take traffic (database reachable, migrations applied, and
+/// in a cluster NATS connected), `503` with the reason otherwise. `/livez` answers as long as
+/// the process serves at all: an orchestrator restarts on a failed liveness probe and only
+/// routes around a failed readiness one.
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    match db::readiness(&state.services.db).await {
+    let ready = match db::readiness(&state.services.db).await {
+        Ok(()) => state.services.bus.readiness(),
+        Err(reason) => Err(reason),
+    };
+    match ready {
         Ok(()) => (StatusCode::OK, "ready".to_owned()),
         Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, reason),
     }

@@ -28,6 +28,22 @@ enum Command {
     },
     /// Apply pending database migrations and exit.
     Migrate(DbArgs),
+    /// Run the local test-mode Stripe on its own, for a cluster of replicas to share (no real
+    /// money moves). Prints the settings the replicas need.
+    StripeLocal(StripeLocalArgs),
+}
+
+#[derive(Args)]
+struct StripeLocalArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:12111")]
+    addr: SocketAddr,
+    /// Where webhooks go: Cardpool's public URL (a replica or the load balancer before them).
+    #[arg(long)]
+    cardpool_url: String,
+    /// Also write the settings, as `KEY=value` lines, to this file (for scripts).
+    #[arg(long)]
+    env_file: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -96,6 +112,7 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => serve(cli.config.as_deref(), args).await,
+        Command::StripeLocal(args) => stripe_local(args).await,
         Command::Migrate(db_args) => {
             let config = config_with(cli.config.as_deref(), &db_args)?;
             db::connect_and_migrate(config.database_url.expose()).await.context("migrating")?;
@@ -140,6 +157,19 @@ async fn serve(config_file: Option<&std::path::Path>, args: ServeArgs) -> anyhow
     }
     tracing::info!(?config, "starting");
     config.trusted_proxies().map_err(|e| anyhow::anyhow!(e))?;
+    if config.nats_url.is_some() {
+        // Replicas share exact state through one PostgreSQL, and each would otherwise run a
+        // Stripe of its own that the others' checkouts never reach.
+        anyhow::ensure!(
+            !db::is_sqlite(config.database_url.expose()),
+            "nats_url is set (a cluster) but the database is SQLite: replicas need one PostgreSQL (DATABASE_URL)"
+        );
+        anyhow::ensure!(
+            config.stripe_secret_key.is_some(),
+            "a cluster cannot use the in-process local Stripe: set CARDPOOL_STRIPE_SECRET_KEY and \
+             CARDPOOL_STRIPE_WEBHOOK_SECRET (for a test-mode cluster, those `cardpool stripe-local` prints)"
+        );
+    }
     let listener =
         tokio::net::TcpListener::bind(config.addr).await.with_context(|| format!("binding {}", config.addr))?;
     let local = listener.local_addr().unwrap_or(config.addr);
@@ -184,7 +214,7 @@ async fn serve(config_file: Option<&std::path::Path>, args: ServeArgs) -> anyhow
     };
     let services = services_with(&config, settings).await?;
     // Holds may have ended while the server was down: the market's stock is recomputed once.
-    cardpool_service::stock::rebuild_stock(&services.db).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    cardpool_service::stock::rebuild_at_start_up(&services.db).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     if args.demo && demo::seed(&services).await.map_err(|e| anyhow::anyhow!("{e}"))? {
         tracing::info!("seeded demo accounts");
         eprintln!("\nDemo accounts (password: {}):", demo::DEMO_PASSWORD);
@@ -219,6 +249,30 @@ async fn serve(config_file: Option<&std::path::Path>, args: ServeArgs) -> anyhow
     };
     cardpool_server::serve::serve(listener, app, config.max_connections, shutdown).await;
     tracing::info!("stopped");
+    Ok(())
+}
+
+async fn stripe_local(args: StripeLocalArgs) -> anyhow::Result<()> {
+    let (running, stripe) = local_stripe::start(&args.cardpool_url, args.addr)
+        .await
+        .with_context(|| format!("starting the local test-mode Stripe on {}", args.addr))?;
+    let settings = format!(
+        "CARDPOOL_STRIPE_SECRET_KEY={}\nCARDPOOL_STRIPE_WEBHOOK_SECRET={}\nCARDPOOL_STRIPE_API_BASE={}\n",
+        stripe.secret_key,
+        stripe.webhook_secret,
+        stripe.api_base.unwrap_or_default()
+    );
+    if let Some(path) = &args.env_file {
+        let mut file = std::fs::OpenOptions::new();
+        std::os::unix::fs::OpenOptionsExt::mode(file.write(true).create(true).truncate(true), 0o600);
+        std::io::Write::write_all(&mut file.open(path)?, settings.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    eprintln!(
+        "Local test-mode Stripe at {} (no real money moves), webhooks to {}.\nStart each replica with:\n{settings}",
+        running.url, args.cardpool_url
+    );
+    shutdown_signal().await;
     Ok(())
 }
 

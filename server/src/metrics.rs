@@ -3,6 +3,8 @@
 //! Cardpool's host id), so stock DCGM Grafana dashboards work, and the server's own counters.
 //! As in DCGM, the XID gauge is the last XID the GPU raised (not only one in the latest
 //! second), throttle reasons are NVML's bitmask, and energy is the driver's running counter.
+//! With several replicas each GPU is exported by the replica its agent is connected to only,
+//! so scraping every replica counts each GPU once.
 //!
 //! Protected by a bearer token (`metrics_token`); without one configured the endpoint does not
 //! exist (404), so a default install exposes nothing.
@@ -184,7 +186,11 @@ pub async fn scrape(
     };
     let mut out = String::new();
     let latest = services.telemetry.latest();
-    let mut hosts: Vec<_> = latest.iter().filter(|(id, _)| snapshot.online_hosts.contains(id)).collect();
+    // Each GPU is exported by one replica: the one its agent is connected to.
+    let mut hosts: Vec<_> = latest
+        .iter()
+        .filter(|(id, _)| snapshot.online_hosts.contains(id) && services.telemetry.is_connected_here(**id))
+        .collect();
     hosts.sort_by_key(|(id, _)| **id);
     // Each GPU's labels and what is known of it, worked out once for every gauge.
     let gpus: Vec<(Seen<'_>, String)> = hosts

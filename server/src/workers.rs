@@ -1,7 +1,11 @@
-//! Background work the server runs beside the HTTP stack.
+//! Background work the server runs beside the HTTP stack: on every replica of a cluster, but
+//! only while it leads (`cardpool_service::leader`), so each sweep runs once per cluster.
 
-use cardpool_service::{Services, hosts, ledger, payouts, rentals, session_store::DbSessionStore, telemetry};
+use cardpool_service::{
+    Services, hosts, leader::Leadership, ledger, payouts, rentals, session_store::DbSessionStore, telemetry,
+};
 use std::time::Duration;
+use tokio::task::JoinSet;
 use tower_sessions::ExpiredDeletion;
 
 /// Starts the background workers: the host liveness reaper, rental billing and schedules
@@ -11,10 +15,31 @@ use tower_sessions::ExpiredDeletion;
 /// The reaper judges no host until `reconnect_hold` has passed since the server started or
 /// since its own last failure: after a restart, an upgrade or a database outage, agents that
 /// are backing off need that long to reconnect and be heard, and a host is offline only when it
-/// is silent, not when we were.
+/// is silent, not when we were; a replica that has just taken the lead waits as long, since
+/// the agents of a leader that died are reconnecting too.
 pub fn spawn(services: &Services, offline_grace: Duration, reconnect_hold: Duration, billing_interval: Duration) {
-    let biller = services.clone();
+    let services = services.clone();
     tokio::spawn(async move {
+        loop {
+            let mut leadership = Leadership::campaign(&services.db).await;
+            tracing::info!("leading the background workers");
+            let workers = start(&services, offline_grace, reconnect_hold, billing_interval);
+            leadership.lost().await;
+            // Dropping the set aborts every worker: another replica leads now.
+            drop(workers);
+        }
+    });
+}
+
+fn start(
+    services: &Services,
+    offline_grace: Duration,
+    reconnect_hold: Duration,
+    billing_interval: Duration,
+) -> JoinSet<()> {
+    let mut workers = JoinSet::new();
+    let biller = services.clone();
+    workers.spawn(async move {
         let mut every = tokio::time::interval(billing_interval.clamp(Duration::from_secs(1), Duration::from_secs(60)));
         loop {
             every.tick().await;
@@ -24,7 +49,7 @@ pub fn spawn(services: &Services, offline_grace: Duration, reconnect_hold: Durat
         }
     });
     let scheduler = services.clone();
-    tokio::spawn(async move {
+    workers.spawn(async move {
         let mut every = tokio::time::interval(Duration::from_secs(2));
         loop {
             every.tick().await;
@@ -35,7 +60,7 @@ pub fn spawn(services: &Services, offline_grace: Duration, reconnect_hold: Durat
     });
 
     let reaper = services.clone();
-    tokio::spawn(async move {
+    workers.spawn(async move {
         let mut every = tokio::time::interval((offline_grace / 4).max(Duration::from_millis(250)));
         let mut judge_from = tokio::time::Instant::now() + reconnect_hold;
         loop {
@@ -55,7 +80,7 @@ pub fn spawn(services: &Services, offline_grace: Duration, reconnect_hold: Durat
     });
 
     let store = DbSessionStore::new(services.db.clone());
-    tokio::spawn(async move {
+    workers.spawn(async move {
         let mut every = tokio::time::interval(Duration::from_secs(600));
         loop {
             every.tick().await;
@@ -66,7 +91,7 @@ pub fn spawn(services: &Services, offline_grace: Duration, reconnect_hold: Durat
     });
 
     let payouts = services.clone();
-    tokio::spawn(async move {
+    workers.spawn(async move {
         let mut every = tokio::time::interval(Duration::from_secs(60));
         loop {
             every.tick().await;
@@ -79,7 +104,7 @@ pub fn spawn(services: &Services, offline_grace: Duration, reconnect_hold: Durat
     });
 
     let retention = services.clone();
-    tokio::spawn(async move {
+    workers.spawn(async move {
         let mut every = tokio::time::interval(Duration::from_secs(3600));
         loop {
             every.tick().await;
@@ -93,7 +118,7 @@ pub fn spawn(services: &Services, offline_grace: Duration, reconnect_hold: Durat
 
     // Cached balances must equal the postings, every entry must balance, money is conserved.
     let auditor = services.clone();
-    tokio::spawn(async move {
+    workers.spawn(async move {
         let mut every = tokio::time::interval(Duration::from_secs(3600));
         loop {
             every.tick().await;
@@ -106,4 +131,5 @@ pub fn spawn(services: &Services, offline_grace: Duration, reconnect_hold: Durat
             }
         }
     });
+    workers
 }

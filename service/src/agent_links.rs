@@ -66,6 +66,15 @@ impl<L> AgentLinks<L> {
         entries.get_mut(&host_id).map(|e| f(&mut e.link, e.generation))
     }
 
+    /// Ends connection `generation` of the host (its link is dropped), if it is still the
+    /// host's live one here.
+    pub fn disconnect(&self, host_id: i64, generation: u64) {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if entries.get(&host_id).is_some_and(|e| e.generation == generation) {
+            entries.remove(&host_id);
+        }
+    }
+
     /// Runs `f` on the host's link only if it is still that of connection `generation`.
     pub fn with_generation<R>(&self, host_id: i64, generation: u64, f: impl FnOnce(&mut L) -> R) -> Option<R> {
         self.with(host_id, |link, current| (current == generation).then(|| f(link))).flatten()

@@ -3,9 +3,11 @@
 //! (`observe`); the liveness reaper raises "host offline" in the same transaction that marks the
 //! host offline. Admins see and acknowledge all of them, providers see their own hosts'.
 //!
-//! At most one open alert exists per (kind, host, GPU). Which are open is remembered in memory
-//! (loaded from the database the first time a host reports), so a healthy fleet costs no
-//! queries; only a change of condition writes.
+//! At most one open alert exists per (kind, host, GPU): a unique index on open alerts keeps it
+//! so whichever replicas raise them. Which are open is remembered in memory by the replica that
+//! holds the host's connection (loaded from the database the first time the host reports there,
+//! and again after it reconnects or another replica acknowledges one of its alerts), so a
+//! healthy fleet costs no queries; only a change of condition writes.
 
 use crate::{
     AppError, AppResult, Services,
@@ -20,8 +22,10 @@ use cardpool_domain::{
 use cardpool_protocol::TelemetryFrame;
 use chrono::{DateTime, Utc};
 use sea_orm::{
-    ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter,
-    QueryOrder, QuerySelect, sea_query::Expr,
+    ActiveModelTrait,
+    ActiveValue::Set,
+    ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect,
+    sea_query::{Expr, OnConflict},
 };
 use std::{
     collections::{HashMap, HashSet},
@@ -65,6 +69,15 @@ struct MemoryInner {
     idle_since: HashMap<(i64, u32), (i64, i64)>,
 }
 
+impl Memory {
+    /// Forgets what is remembered of the host's alerts: the next report reloads them.
+    pub(crate) fn forget(&self, host_id: i64) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.loaded.remove(&host_id);
+        inner.open.retain(|(_, host, _)| *host != host_id);
+    }
+}
+
 /// Raises an alert unless one of its kind is open for that host and GPU. Returns whether it did.
 pub(crate) async fn raise(
     conn: &impl ConnectionTrait,
@@ -85,7 +98,7 @@ pub(crate) async fn raise(
     if open.count(conn).await.context("checking open alerts")? > 0 {
         return Ok(false);
     }
-    alerts::ActiveModel {
+    let alert = alerts::ActiveModel {
         kind: Set(kind.as_str().into()),
         host_id: Set(host_id),
         gpu_index: Set(gpu.map(|g| g as i32)),
@@ -93,10 +106,17 @@ pub(crate) async fn raise(
         message: Set(message),
         raised_at: Set(Utc::now()),
         ..Default::default()
+    };
+    // Another replica may raise the same alert at the same moment: the unique index on open
+    // alerts keeps one, and this insert then does nothing (no error to abort the transaction).
+    let inserted = alerts::Entity::insert(alert)
+        .on_conflict(OnConflict::new().do_nothing().to_owned())
+        .exec_without_returning(conn)
+        .await
+        .context("raising alert")?;
+    if inserted == 0 {
+        return Ok(false);
     }
-    .insert(conn)
-    .await
-    .context("raising alert")?;
     tracing::warn!(kind = kind.as_str(), host_id, ?gpu, "alert raised");
     Ok(true)
 }
@@ -327,6 +347,42 @@ pub async fn acknowledge(services: &Services, principal: &Principal, alert_id: i
     if is_event {
         let key = (AlertKind::XidError, alert.host_id, alert.gpu_index.and_then(|g| u32::try_from(g).ok()));
         services.telemetry.alerts.inner.lock().unwrap_or_else(|p| p.into_inner()).open.remove(&key);
+        services.bus.tell(crate::bus::Note::AlertsChanged { host_id: alert.host_id });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Settings, db, testing};
+
+    crate::backend_tests!(an_alert_two_replicas_raise_at_once_is_open_once);
+
+    /// Two transactions (two replicas) raise the same alert, the second before the first has
+    /// committed, so neither saw the other's when it looked: one alert is open, the second
+    /// raise does nothing, and its transaction goes on (it is not aborted by a violation).
+    async fn an_alert_two_replicas_raise_at_once_is_open_once(backend: testing::Backend) {
+        let (_db, services) = testing::services(backend, Settings::default()).await;
+        let provider = testing::provider(&services, "p@example.com").await;
+        let host = testing::host(&services, &provider, "h").await;
+        let first = db::begin_write(&services.db).await.unwrap();
+        assert!(raise(&first, AlertKind::OverTemperature, host, Some(0), None, "hot".into()).await.unwrap());
+        let other = services.clone();
+        let second = tokio::spawn(async move {
+            let txn = db::begin_write(&other.db).await.unwrap();
+            let raised = raise(&txn, AlertKind::OverTemperature, host, Some(0), None, "hot".into()).await.unwrap();
+            // The transaction is still usable: a host-wide alert of another kind goes in.
+            assert!(raise(&txn, AlertKind::HostOffline, host, None, None, "gone".into()).await.unwrap());
+            txn.commit().await.unwrap();
+            raised
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        first.commit().await.unwrap();
+        assert!(!second.await.unwrap(), "the second raise kept the first alert");
+        let open = alerts::Entity::find().filter(alerts::Column::ResolvedAt.is_null()).all(&services.db).await.unwrap();
+        let mut kinds: Vec<&str> = open.iter().map(|a| a.kind.as_str()).collect();
+        kinds.sort();
+        assert_eq!(kinds, [AlertKind::HostOffline.as_str(), AlertKind::OverTemperature.as_str()]);
+    }
 }

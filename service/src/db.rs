@@ -25,9 +25,10 @@ use std::time::Duration;
 const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Connects to `url` (`sqlite://path?mode=rwc` or `postgres://...`) and runs pending migrations.
+/// Replicas starting together migrate one after the other (see `leader::one_at_a_time`).
 pub async fn connect_and_migrate(url: &str) -> Result<DatabaseConnection, DbErr> {
     let db = connect(url).await?;
-    Migrator::up(&db, None).await?;
+    crate::leader::one_at_a_time(&db, Migrator::up(&db, None)).await?;
     Ok(db)
 }
 

@@ -175,14 +175,80 @@ async fn record_event(
     Ok(())
 }
 
+/// Which connection a heartbeat comes through.
+#[derive(Debug, Clone, Copy)]
+enum Through<'a> {
+    /// Whichever (the host is heard from, never mind how: tests, tools).
+    Any,
+    /// A connection that has just said hello: it takes the host over.
+    Claiming(&'a str),
+    /// A connection heard from again: it counts only while it owns the host.
+    Owner(&'a str),
+}
+
 /// Records that `host` was heard from now; an offline host comes back online.
 pub async fn record_heartbeat(services: &Services, host: &hosts::Model) -> AppResult<()> {
+    heard_from(services, host.id, Through::Any).await.map(|_| ())
+}
+
+/// Agent connection `connection` of `host` has said hello: from now on it owns the host (its
+/// heartbeats and disconnect count, an older connection's no longer do), and the host is heard
+/// from. A connection of the host elsewhere that no longer owns it is told to end (`bus`).
+pub async fn connect_host(services: &Services, host: &hosts::Model, connection: &str) -> AppResult<()> {
+    heard_from(services, host.id, Through::Claiming(connection)).await?;
+    services.telemetry.alerts.forget(host.id);
+    services.bus.tell(crate::bus::Note::Kick { host_id: host.id });
+    Ok(())
+}
+
+/// A heartbeat through agent connection `connection`. `false` (and nothing recorded) when
+/// another connection has taken the host over since: this one should end.
+pub async fn record_connection_heartbeat(
+    services: &Services,
+    host: &hosts::Model,
+    connection: &str,
+) -> AppResult<bool> {
+    heard_from(services, host.id, Through::Owner(connection)).await
+}
+
+/// Whether `connection` still owns the host.
+pub async fn owns_connection(services: &Services, host_id: i64, connection: &str) -> AppResult<bool> {
+    Ok(hosts::Entity::find_by_id(host_id)
+        .one(&services.db)
+        .await
+        .context("loading host")?
+        .is_some_and(|h| h.connection_id.as_deref() == Some(connection)))
+}
+
+/// Agent connection `connection` closed: the host has no connection now, unless another one
+/// owns it already. The host stays online through the offline grace (a blip is not an outage).
+pub async fn disconnect_host(services: &Services, host_id: i64, connection: &str) -> AppResult<()> {
+    hosts::Entity::update_many()
+        .col_expr(hosts::Column::ConnectionId, Expr::value(Option::<String>::None))
+        .filter(hosts::Column::Id.eq(host_id))
+        .filter(hosts::Column::ConnectionId.eq(connection))
+        .exec(&services.db)
+        .await
+        .context("recording agent disconnect")?;
+    Ok(())
+}
+
+/// Returns `false` when the heartbeat came through a connection that does not own the host.
+async fn heard_from(services: &Services, host_id: i64, through: Through<'_>) -> AppResult<bool> {
     let now = Utc::now();
+    let owned_by = |update: sea_orm::UpdateMany<hosts::Entity>| match through {
+        Through::Owner(connection) => update.filter(hosts::Column::ConnectionId.eq(connection)),
+        Through::Any | Through::Claiming(_) => update,
+    };
     let txn = crate::db::begin_write(&services.db).await.context("starting heartbeat")?;
-    let came_online = hosts::Entity::update_many()
+    let mut online = hosts::Entity::update_many()
         .col_expr(hosts::Column::Status, Expr::value(HostStatus::Online.as_str()))
-        .col_expr(hosts::Column::LastHeartbeatAt, Expr::value(now))
-        .filter(hosts::Column::Id.eq(host.id))
+        .col_expr(hosts::Column::LastHeartbeatAt, Expr::value(now));
+    if let Through::Claiming(connection) = through {
+        online = online.col_expr(hosts::Column::ConnectionId, Expr::value(connection));
+    }
+    let came_online = owned_by(online)
+        .filter(hosts::Column::Id.eq(host_id))
         .filter(hosts::Column::RevokedAt.is_null())
         .filter(hosts::Column::Status.ne(HostStatus::Online.as_str()))
         .exec(&txn)
@@ -191,24 +257,30 @@ pub async fn record_heartbeat(services: &Services, host: &hosts::Model) -> AppRe
         .rows_affected
         == 1;
     let mut stock_change = None;
+    let mut heard = true;
     if came_online {
-        record_event(&txn, host.id, HostStatus::Online, "agent connected", now).await?;
-        crate::alerts::resolve(&txn, AlertKind::HostOffline, host.id, None).await?;
-        stock_change = Some(crate::stock::refresh_stock(&txn, host.id).await?);
+        record_event(&txn, host_id, HostStatus::Online, "agent connected", now).await?;
+        crate::alerts::resolve(&txn, AlertKind::HostOffline, host_id, None).await?;
+        stock_change = Some(crate::stock::refresh_stock(&txn, host_id).await?);
     } else {
-        hosts::Entity::update_many()
-            .col_expr(hosts::Column::LastHeartbeatAt, Expr::value(now))
-            .filter(hosts::Column::Id.eq(host.id))
+        let mut beat = hosts::Entity::update_many().col_expr(hosts::Column::LastHeartbeatAt, Expr::value(now));
+        if let Through::Claiming(connection) = through {
+            beat = beat.col_expr(hosts::Column::ConnectionId, Expr::value(connection));
+        }
+        heard = owned_by(beat)
+            .filter(hosts::Column::Id.eq(host_id))
             .filter(hosts::Column::RevokedAt.is_null())
             .exec(&txn)
             .await
-            .context("recording heartbeat")?;
+            .context("recording heartbeat")?
+            .rows_affected
+            == 1;
     }
     txn.commit().await.context("committing heartbeat")?;
     if let Some(change) = stock_change {
         change.published(services);
     }
-    Ok(())
+    Ok(heard || !matches!(through, Through::Owner(_)))
 }
 
 /// Marks online hosts silent for longer than `grace` offline. Returns the ids it marked.

@@ -17,11 +17,13 @@ pub mod agent_links;
 pub mod alerts;
 pub mod api_tokens;
 pub mod auth;
+pub mod bus;
 pub mod db;
 pub mod entities;
 #[cfg(any(test, feature = "test-support"))]
 pub mod fuzzing;
 pub mod hosts;
+pub mod leader;
 pub mod ledger;
 pub mod logs;
 pub mod offers;
@@ -58,6 +60,8 @@ pub struct Settings {
     pub telemetry: telemetry::TelemetrySettings,
     /// Where renters reach the SSH gateway; `None` when it does not run.
     pub ssh: Option<ssh_access::SshEndpoint>,
+    /// The NATS server replicas share notes and telemetry through; `None` for one process.
+    pub nats_url: Option<String>,
 }
 
 /// Rental tunables.
@@ -119,6 +123,8 @@ pub struct Services {
     pub stock_version: Arc<stock::StockVersion>,
     /// Set when the server begins to stop: agent sockets and live feeds end.
     pub stopping: Arc<signals::Stopping>,
+    /// What this replica tells the others (nothing, in one process).
+    pub bus: Arc<bus::Bus>,
 }
 
 impl Services {
@@ -126,7 +132,11 @@ impl Services {
     pub async fn new(db: DatabaseConnection, settings: Settings) -> AppResult<Self> {
         let passwords = passwords::PasswordHasher::new().await?;
         let stripe = stripe::StripeGateway::new(&settings.payments.stripe)?;
-        Ok(Services {
+        let bus = match &settings.nats_url {
+            Some(url) => bus::Bus::connect(url, &bus::cluster_name(&db)).await?,
+            None => bus::Bus::in_process(),
+        };
+        let services = Services {
             stripe: Arc::new(stripe),
             db,
             passwords: Arc::new(passwords),
@@ -139,6 +149,16 @@ impl Services {
             connections: Arc::default(),
             stock_version: Arc::default(),
             stopping: Arc::default(),
-        })
+            bus: Arc::new(bus),
+        };
+        bus::listen(&services);
+        Ok(services)
+    }
+
+    /// Wakes the host's agent connection, on whichever replica holds it, so it sends its
+    /// rentals' commands now.
+    pub fn wake_host(&self, host_id: i64) {
+        self.signals.notify(host_id);
+        self.bus.tell(bus::Note::Wake { host_id });
     }
 }

@@ -4,9 +4,9 @@
 //! server is shutting down, so connections that never end on their own (agent sockets, live
 //! feeds) end now, and their clients reconnect (to another replica, if there is one).
 //!
-//! In-process only: with several server replicas a host's connection may live on another
-//! replica, which still picks the change up at its periodic reconcile (every heartbeat
-//! interval); a NATS subject per host would make that immediate too.
+//! These are this process's connections; `Services::wake_host` also tells the other replicas
+//! over the bus (see `bus`), and without the bus a connection still picks the change up at its
+//! agent's next heartbeat.
 
 use std::{
     collections::HashMap,

@@ -7,8 +7,9 @@
 //! revoked), its listing and its prices. So the stock is never stale. [`rebuild_stock`] redoes
 //! all of it at start-up, for holds that ended while the server was down.
 //!
-//! [`StockVersion`] counts the committed changes in this process, so a rendering of the market
-//! kept for a moment (the server's page cache for visitors) knows when it is out of date.
+//! [`StockVersion`] counts the committed changes this process made or heard of over the bus, so
+//! a rendering of the market kept for a moment (the server's page cache for visitors) knows
+//! when it is out of date.
 
 use crate::{
     AppResult, Services,
@@ -19,15 +20,20 @@ use chrono::Utc;
 use sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// How many committed changes to the offer stock this process has made. A copy of anything
-/// rendered from the stock is current while this number has not moved (other processes'
-/// changes are not counted: such copies also expire by age).
+/// How many committed changes to the offer stock this process has made or heard of. A copy of
+/// anything rendered from the stock is current while this number has not moved (a change
+/// whose note the bus lost is not counted: such copies also expire by age).
 #[derive(Debug, Default)]
 pub struct StockVersion(AtomicU64);
 
 impl StockVersion {
     pub fn current(&self) -> u64 {
         self.0.load(Ordering::Acquire)
+    }
+
+    /// Counts a change (this replica's, or one another replica told of over the bus).
+    pub fn bump(&self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
     }
 }
 
@@ -39,7 +45,8 @@ pub struct StockChange(());
 
 impl StockChange {
     pub fn published(self, services: &Services) {
-        services.stock_version.0.fetch_add(1, Ordering::AcqRel);
+        services.stock_version.bump();
+        services.bus.tell(crate::bus::Note::StockChanged);
     }
 }
 
@@ -86,6 +93,23 @@ pub async fn rebuild_stock(conn: &impl ConnectionTrait) -> AppResult<()> {
         .await
         .context("rebuilding stock")?;
     Ok(())
+}
+
+/// [`rebuild_stock`] as a server starts: in one transaction, under the start-up lock (so
+/// replicas starting together rebuild one after the other) and, on PostgreSQL, with the stock
+/// locked against writes, so a booking on a running replica waits for it instead of adding its
+/// host's rows twice. Readers go on reading the old stock until the commit.
+pub async fn rebuild_at_start_up(db: &sea_orm::DatabaseConnection) -> AppResult<()> {
+    use sea_orm::TransactionTrait;
+    let rebuild = async {
+        let txn = db.begin().await?;
+        if txn.get_database_backend() == DbBackend::Postgres {
+            txn.execute_unprepared("LOCK TABLE offer_stock IN EXCLUSIVE MODE").await?;
+        }
+        rebuild_stock(&txn).await.map_err(|e| sea_orm::DbErr::Custom(e.to_string()))?;
+        txn.commit().await
+    };
+    crate::leader::one_at_a_time(db, rebuild).await.context("rebuilding the offer stock")
 }
 
 /// Advisory-lock keys of host stock: `STOCK_LOCK_SPACE + host id`.

@@ -25,7 +25,8 @@ pub struct TestApp {
     pub ssh_port: u16,
     /// The HTTP server; it ends once `services.stopping` begins and its connections drained.
     pub serving: tokio::task::JoinHandle<()>,
-    _db: TestDb,
+    /// The database, dropped with the app that made it (a replica shares its first app's).
+    db: Option<std::sync::Arc<TestDb>>,
 }
 
 impl TestApp {
@@ -90,7 +91,35 @@ impl TestApp {
             webhook_secret,
             ssh_port,
             serving,
-            _db: db,
+            db: Some(std::sync::Arc::new(db)),
+        }
+    }
+
+    /// A second replica beside this app: its own server, services and bus on this app's
+    /// database, with its settings (so the same Stripe and NATS) and `config`'s pacing.
+    pub async fn replica(&self, config: Config) -> TestApp {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let db = self.db.clone().expect("the first app holds the database");
+        let conn = db.connect().await;
+        let settings = Settings::clone(&self.services.settings);
+        let services = Services::new(conn, settings).await.expect("build the replica's services");
+        let config = Config { addr, ..config };
+        let app =
+            http::router(services.clone(), http::leptos_options(&config), http::HttpOptions::from_config(&config));
+        let stopping = services.stopping.clone();
+        let serving = tokio::spawn(cardpool_server::serve::serve(listener, app, config.max_connections, async move {
+            stopping.wait().await
+        }));
+        TestApp {
+            base: format!("http://{addr}"),
+            services,
+            stripe: self.stripe.clone(),
+            stripe_url: self.stripe_url.clone(),
+            webhook_secret: self.webhook_secret.clone(),
+            ssh_port: self.ssh_port,
+            serving,
+            db: Some(db),
         }
     }
 

@@ -4,6 +4,7 @@
 
 mod agents;
 mod cli;
+mod cluster;
 mod common;
 mod http;
 mod limits;

@@ -24,6 +24,8 @@ pub struct Model {
     /// The latest `cardpool_protocol::SelfTestReport`, as JSON.
     pub self_test: Option<String>,
     pub self_test_at: Option<DateTimeUtc>,
+    /// The agent connection that owns the host (`<replica>:<n>`, see `hosts::connect_host`).
+    pub connection_id: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

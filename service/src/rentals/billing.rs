@@ -184,7 +184,7 @@ pub async fn settle(services: &Services, rental_id: i64) -> AppResult<Rental> {
     let rental = settle_in(services, &txn, before, now).await?;
     txn.commit().await.context("committing settlement")?;
     if rental.state != was {
-        services.signals.notify(rental.host_id);
+        services.wake_host(rental.host_id);
     }
     dto(&services.db, rental).await
 }

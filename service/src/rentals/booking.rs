@@ -84,7 +84,7 @@ pub async fn book_offer(services: &Services, principal: &Principal, request: &Bo
     txn.commit().await.or_violation(NO_OVERLAP, taken, "committing booking")?;
     stock_change.published(services);
     tracing::info!(rental.id = rental.id, host.id = host_id, kind = request.kind.as_str(), gpus = ?choice.gpus, "rental booked");
-    services.signals.notify(host_id);
+    services.wake_host(host_id);
     let rental = rentals::Entity::find_by_id(rental.id).one(&services.db).await.context("loading rental")?;
     dto(&services.db, rental.ok_or(AppError::Internal)?).await
 }

@@ -50,7 +50,7 @@ pub async fn transition(services: &Services, rental_id: i64, next: RentalState, 
     let stock_change = stock::refresh_stock(&txn, host_id).await?;
     txn.commit().await.context("committing rental transition")?;
     stock_change.published(services);
-    services.signals.notify(host_id);
+    services.wake_host(host_id);
     dto(&services.db, rental).await
 }
 
@@ -82,7 +82,7 @@ pub async fn stop_rental(services: &Services, principal: &Principal, rental_id: 
     let stock_change = stock::refresh_stock(&txn, host_id).await?;
     txn.commit().await.context("committing stop")?;
     stock_change.published(services);
-    services.signals.notify(host_id);
+    services.wake_host(host_id);
     dto(&services.db, rental).await
 }
 

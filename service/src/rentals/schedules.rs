@@ -49,7 +49,7 @@ pub async fn run_schedules(services: &Services) -> AppResult<()> {
         let stock_change = stock::refresh_stock(&txn, host_id).await?;
         txn.commit().await.context("committing window end")?;
         stock_change.published(services);
-        services.signals.notify(host_id);
+        services.wake_host(host_id);
     }
     // Spot rentals whose holds were shortened by a future reservation.
     let soon: Vec<(i64, DateTime<Utc>)> = rental_gpus::Entity::find()
@@ -79,7 +79,7 @@ pub async fn run_schedules(services: &Services) -> AppResult<()> {
             give_preemption_notice(&txn, rental, stop_at.max(now), now).await?;
         }
         txn.commit().await.context("committing notice")?;
-        services.signals.notify(host_id);
+        services.wake_host(host_id);
     }
     // Preemptions whose agent never confirmed: their holds have ended, so they are over.
     let overdue: Vec<rentals::Model> = rentals::Entity::find()
@@ -102,7 +102,7 @@ pub async fn run_schedules(services: &Services) -> AppResult<()> {
         .await
         .context("finding starting rentals")?;
     for host_id in starting.into_iter().collect::<HashSet<_>>() {
-        services.signals.notify(host_id);
+        services.wake_host(host_id);
     }
     Ok(())
 }

@@ -8,7 +8,7 @@ use crate::{AppError, AppResult, alerts};
 use cardpool_domain::telemetry::{GpuReading, HostSample, LiveEvent};
 use cardpool_protocol::{GpuSample, TelemetryFrame};
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::{HashMap, HashSet, VecDeque},
     sync::{
         Arc, Mutex, RwLock,
         atomic::{AtomicU64, Ordering},
@@ -35,6 +35,8 @@ pub struct Hub {
     /// The last XID each GPU `(host, index)` raised since start-up (DCGM reports the last one
     /// seen, not only one raised in the latest second).
     last_xid: RwLock<HashMap<(i64, u32), u64>>,
+    /// Hosts whose frames last came from another replica over the bus (connected there).
+    elsewhere: RwLock<HashSet<i64>>,
     feed: broadcast::Sender<Arc<Published>>,
     pub frames_stored: AtomicU64,
     pub samples_stored: AtomicU64,
@@ -73,6 +75,7 @@ impl Default for Hub {
             latest: RwLock::default(),
             stored_at: RwLock::default(),
             last_xid: RwLock::default(),
+            elsewhere: RwLock::default(),
             feed: broadcast::channel(4096).0,
             frames_stored: AtomicU64::new(0),
             samples_stored: AtomicU64::new(0),
@@ -139,11 +142,29 @@ impl Hub {
         self.stored_at.read().unwrap_or_else(|p| p.into_inner()).get(&host_id).copied()
     }
 
-    /// Frames that just arrived from `host_id`, oldest first, shown at once: those newer than
-    /// the newest shown (a replay is not shown twice) are kept as recent, sent to live feeds,
-    /// and the newest remembered. This happens before they are stored, so a dashboard is not
-    /// held up by the database; what is stored (and billed) is decided by `ingest` alone.
-    pub(super) fn arrived(&self, host_id: i64, frames: &[TelemetryFrame]) {
+    /// Frames that just arrived from `host_id`, connected here, oldest first, shown at once:
+    /// those newer than the newest shown (a replay is not shown twice) are kept as recent, sent
+    /// to live feeds, and the newest remembered. This happens before they are stored, so a
+    /// dashboard is not held up by the database; what is stored (and billed) is decided by
+    /// `ingest` alone. Returns the frames it showed (for the other replicas).
+    pub(super) fn arrived<'f>(&self, host_id: i64, frames: &'f [TelemetryFrame]) -> Vec<&'f TelemetryFrame> {
+        self.elsewhere.write().unwrap_or_else(|p| p.into_inner()).remove(&host_id);
+        self.show(host_id, frames)
+    }
+
+    /// Frames another replica shared of a host connected there: shown like [`Hub::arrived`]'s,
+    /// but this replica stores nothing of them and leaves the host out of its `/metrics`.
+    pub fn arrived_from_peer(&self, host_id: i64, frames: &[TelemetryFrame]) {
+        self.elsewhere.write().unwrap_or_else(|p| p.into_inner()).insert(host_id);
+        self.show(host_id, frames);
+    }
+
+    /// Whether the host's frames come through this replica (so its `/metrics` exports them).
+    pub fn is_connected_here(&self, host_id: i64) -> bool {
+        !self.elsewhere.read().unwrap_or_else(|p| p.into_inner()).contains(&host_id)
+    }
+
+    fn show<'f>(&self, host_id: i64, frames: &'f [TelemetryFrame]) -> Vec<&'f TelemetryFrame> {
         // One write lock decides what is new and marks it shown, so two messages of a host read
         // at once (a reconnect overlapping its old socket) cannot both show the same frames.
         let new: Vec<&TelemetryFrame> = {
@@ -166,6 +187,7 @@ impl Hub {
                 last.insert((host_id, index), xid);
             }
         }
+        new
     }
 
     /// Frames just stored for `host_id`, oldest first: counted, and the newest one's time kept.

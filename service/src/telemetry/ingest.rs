@@ -179,7 +179,8 @@ pub async fn ingest(
     let dropped = i64::try_from(dropped).unwrap_or(i64::MAX);
     let sent = frames.len();
     // Dashboards see the frames now; storing them may wait for the transaction before.
-    services.telemetry.arrived(host_id, &frames);
+    let shown = services.telemetry.arrived(host_id, &frames);
+    services.bus.share_telemetry(host_id, &shown);
 
     let group = &services.telemetry.group;
     let (done, mut outcome) = oneshot::channel();

@@ -8,6 +8,7 @@ use cardpool_service::{
     backend_tests, hosts,
     testing::{self, Backend},
 };
+use sea_orm::EntityTrait;
 use std::time::Duration;
 
 const SERVER: &str = "http://127.0.0.1:3000";
@@ -49,6 +50,7 @@ backend_tests!(
     a_host_speaks_only_with_its_own_credential,
     inventory_upserts_gpus_by_uuid,
     heartbeats_and_silence_drive_liveness_with_recorded_transitions,
+    only_the_connection_that_owns_a_host_speaks_for_it,
     hosts_are_visible_to_their_provider_and_admins_only,
     revoked_hosts_lose_their_credential,
 );
@@ -146,6 +148,48 @@ async fn heartbeats_and_silence_drive_liveness_with_recorded_transitions(backend
             (HostStatus::Offline, "missed heartbeats"),
             (HostStatus::Online, "agent connected"),
         ]
+    );
+}
+
+/// The newest connection of a host owns it (on whichever replica): an older one's heartbeats
+/// are refused (it should end) and its late disconnect leaves the owner in place.
+async fn only_the_connection_that_owns_a_host_speaks_for_it(backend: Backend) {
+    let (_db, services) = testing::services(backend, Settings::default()).await;
+    let provider = testing::provider(&services, "p@example.com").await;
+    let token = hosts::create_enrollment_token(&services, &provider, None, SERVER).await.unwrap();
+    let enrolled = hosts::enroll_host(&services, &token.token, "box").await.unwrap();
+    let host = hosts::authenticate_host(&services, &enrolled.credential).await.unwrap();
+    let owner = || async {
+        cardpool_service::entities::hosts::Entity::find_by_id(host.id)
+            .one(&services.db)
+            .await
+            .unwrap()
+            .unwrap()
+            .connection_id
+    };
+
+    hosts::connect_host(&services, &host, "replica-b:1").await.unwrap();
+    assert_eq!(hosts::get_host(&services, &provider, host.id).await.unwrap().host.status, HostStatus::Online);
+    assert!(hosts::record_connection_heartbeat(&services, &host, "replica-b:1").await.unwrap());
+    hosts::connect_host(&services, &host, "replica-a:7").await.unwrap();
+    assert_eq!(owner().await.as_deref(), Some("replica-a:7"));
+    assert!(hosts::owns_connection(&services, host.id, "replica-a:7").await.unwrap());
+    assert!(!hosts::owns_connection(&services, host.id, "replica-b:1").await.unwrap());
+
+    let before = hosts::get_host(&services, &provider, host.id).await.unwrap().host.last_heartbeat_at;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(!hosts::record_connection_heartbeat(&services, &host, "replica-b:1").await.unwrap(), "superseded");
+    let after = hosts::get_host(&services, &provider, host.id).await.unwrap().host.last_heartbeat_at;
+    assert_eq!(before, after, "the stale connection's heartbeat changed nothing");
+    hosts::disconnect_host(&services, host.id, "replica-b:1").await.unwrap();
+    assert_eq!(owner().await.as_deref(), Some("replica-a:7"), "a stale disconnect leaves the owner");
+    assert!(hosts::record_connection_heartbeat(&services, &host, "replica-a:7").await.unwrap());
+    hosts::disconnect_host(&services, host.id, "replica-a:7").await.unwrap();
+    assert_eq!(owner().await, None);
+    assert_eq!(
+        hosts::get_host(&services, &provider, host.id).await.unwrap().host.status,
+        HostStatus::Online,
+        "a closed connection is not an offline host (the grace decides)"
     );
 }
 

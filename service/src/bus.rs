@@ -1,0 +1,321 @@
+//! The bus: what one server replica tells the others, so that every replica acts as if it held
+//! every agent connection and every dashboard.
+//!
+//! One binary needs none of it: [`Bus::in_process`] sends nothing, and each change is acted on
+//! where it happens (the host's wake-up, the stock's version, the alert memory). With several
+//! replicas (`nats_url` set) the same changes also go out over NATS ([`Bus::connect`]), and
+//! [`listen`] acts on the other replicas' ones:
+//!
+//! - notes (core NATS, `cardpool.<cluster>.notes.<replica>`): wake a host's connection, kick a
+//!   host's stale connection, forget a host's remembered alerts, the offer stock changed;
+//! - telemetry frames (`cardpool.<cluster>.telemetry.<replica>.<host>`), kept for five minutes
+//!   in the JetStream stream `CARDPOOL_<cluster>_TELEMETRY`, so a replica that starts shows the
+//!   recent minutes of every host at once, and live frames of hosts connected anywhere.
+//!
+//! A cluster is the replicas of one database: `<cluster>` is the PostgreSQL database's name, so
+//! two deployments (or two test databases) sharing one NATS never hear each other.
+//!
+//! Everything here may be lost or arrive twice: what must be exact lives in the database (which
+//! connection owns a host, rentals, money). If NATS is down, an agent's connection still picks
+//! up its rentals' changes at its next heartbeat, and dashboards show hosts connected to their
+//! own replica. Publishing never waits on NATS: a bounded outbox is drained by one task, and
+//! what does not fit is dropped and counted.
+
+use crate::{AppError, AppResult, Services};
+use cardpool_protocol::TelemetryFrame;
+use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
+use std::{
+    sync::atomic::{AtomicU64, Ordering},
+    time::Duration,
+};
+use tokio::sync::mpsc;
+
+/// Notes and frames waiting to be published; past this, new ones are dropped (and counted).
+const OUTBOX: usize = 65_536;
+/// How long the telemetry stream keeps frames (a new replica's first paints reach this far).
+const TELEMETRY_KEPT: Duration = Duration::from_secs(300);
+
+/// A change another replica may have to act on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "note", rename_all = "snake_case")]
+pub enum Note {
+    /// The host's rentals changed: its connection sends their commands now.
+    Wake { host_id: i64 },
+    /// The host connected to the sender: a connection of it elsewhere that no longer owns the
+    /// host (see `hosts::connect_host`) ends.
+    Kick { host_id: i64 },
+    /// The host's alerts changed outside its telemetry (an admin acknowledged one): the
+    /// replica holding its connection reloads them.
+    AlertsChanged { host_id: i64 },
+    /// The offer stock changed: copies of pages rendered from it are out of date.
+    StockChanged,
+}
+
+enum Outgoing {
+    Note(Note),
+    Telemetry { host_id: i64, payload: Vec<u8> },
+}
+
+/// This replica's end of the bus.
+pub struct Bus {
+    replica: String,
+    /// Subjects' prefix: `cardpool.<cluster>`.
+    prefix: String,
+    stream: String,
+    nats: Option<Nats>,
+    /// Notes and frames dropped because the outbox was full (NATS slow or away for long).
+    pub dropped: AtomicU64,
+}
+
+struct Nats {
+    client: async_nats::Client,
+    outbox: mpsc::Sender<Outgoing>,
+}
+
+impl Default for Bus {
+    fn default() -> Self {
+        Bus::in_process()
+    }
+}
+
+impl Bus {
+    /// The one-binary bus: nothing leaves the process.
+    pub fn in_process() -> Self {
+        Bus::named(new_replica_id(), "local", None)
+    }
+
+    fn named(replica: String, cluster: &str, nats: Option<Nats>) -> Self {
+        let cluster: String =
+            cluster.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-').take(64).collect();
+        Bus {
+            replica,
+            prefix: format!("cardpool.{cluster}"),
+            stream: format!("CARDPOOL_{cluster}_TELEMETRY"),
+            nats,
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    /// A bus over the NATS server at `url` for the replicas of `cluster` (their database's
+    /// name). The connection is made (and remade) in the background, so a replica starts while
+    /// NATS is away; only a malformed URL is an error.
+    pub async fn connect(url: &str, cluster: &str) -> AppResult<Self> {
+        let replica = new_replica_id();
+        let client = async_nats::ConnectOptions::new()
+            .name(format!("cardpool-{replica}"))
+            .retry_on_initial_connect()
+            .connect(url)
+            .await
+            .map_err(|err| AppError::invalid_field("nats_url", format!("cannot use NATS at {url}: {err}")))?;
+        let (outbox, queued) = mpsc::channel(OUTBOX);
+        let bus = Bus::named(replica, cluster, Some(Nats { client: client.clone(), outbox }));
+        tokio::spawn(publish(client, format!("{}.notes.{}", bus.prefix, bus.replica), bus.telemetry_subject(), queued));
+        Ok(bus)
+    }
+
+    /// This replica's name on the bus (random per process).
+    pub fn replica(&self) -> &str {
+        &self.replica
+    }
+
+    /// Whether other replicas hear this one.
+    pub fn is_shared(&self) -> bool {
+        self.nats.is_some()
+    }
+
+    /// `/readyz`: `Err` says why the bus cannot carry notes now.
+    pub fn readiness(&self) -> Result<(), String> {
+        match &self.nats {
+            Some(nats) if nats.client.connection_state() != async_nats::connection::State::Connected => {
+                Err("NATS unreachable".into())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Tells the other replicas (none in one binary).
+    pub fn tell(&self, note: Note) {
+        self.queue(Outgoing::Note(note));
+    }
+
+    /// Shares frames that just arrived from a host connected here.
+    pub fn share_telemetry(&self, host_id: i64, frames: &[&TelemetryFrame]) {
+        if self.nats.is_some() && !frames.is_empty() {
+            match serde_json::to_vec(frames) {
+                Ok(payload) => self.queue(Outgoing::Telemetry { host_id, payload }),
+                Err(err) => tracing::warn!(error = %err, "telemetry frames not shared"),
+            }
+        }
+    }
+
+    /// Where this replica's frames go: `<prefix>.telemetry.<replica>` and then the host's id.
+    fn telemetry_subject(&self) -> String {
+        format!("{}.telemetry.{}", self.prefix, self.replica)
+    }
+
+    fn queue(&self, outgoing: Outgoing) {
+        if let Some(nats) = &self.nats
+            && nats.outbox.try_send(outgoing).is_err()
+        {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The name of the cluster a replica over `db` belongs to: its PostgreSQL database's name.
+pub fn cluster_name(db: &sea_orm::DatabaseConnection) -> String {
+    match db.get_database_backend() {
+        sea_orm::DbBackend::Postgres => {
+            db.get_postgres_connection_pool().connect_options().get_database().unwrap_or("postgres").to_owned()
+        }
+        _ => "local".to_owned(),
+    }
+}
+
+fn new_replica_id() -> String {
+    let mut bytes = [0u8; 6];
+    rand::RngCore::fill_bytes(&mut rand::rng(), &mut bytes);
+    hex::encode(bytes)
+}
+
+/// Drains the outbox into NATS, in order. A failed publish is logged and dropped: the client
+/// itself buffers across reconnects, so a failure here means NATS is gone for a while.
+async fn publish(client: async_nats::Client, notes: String, telemetry: String, mut queued: mpsc::Receiver<Outgoing>) {
+    while let Some(outgoing) = queued.recv().await {
+        let result = match outgoing {
+            Outgoing::Note(note) => match serde_json::to_vec(&note) {
+                Ok(json) => client.publish(notes.clone(), json.into()).await,
+                Err(_) => continue,
+            },
+            Outgoing::Telemetry { host_id, payload } => {
+                client.publish(format!("{telemetry}.{host_id}"), payload.into()).await
+            }
+        };
+        if let Err(err) = result {
+            tracing::debug!(error = %err, "bus message not published");
+        }
+    }
+}
+
+/// Acts on the other replicas' notes and frames for as long as the process runs (nothing to do
+/// in one binary).
+pub fn listen(services: &Services) {
+    let Some(nats) = &services.bus.nats else {
+        return;
+    };
+    let client = nats.client.clone();
+    let notes = services.clone();
+    tokio::spawn(async move {
+        loop {
+            match client.subscribe(format!("{}.notes.*", notes.bus.prefix)).await {
+                Ok(mut subscription) => {
+                    while let Some(message) = subscription.next().await {
+                        let Some(sender) = message.subject.rsplit('.').next() else { continue };
+                        if sender == notes.bus.replica {
+                            continue;
+                        }
+                        match serde_json::from_slice::<Note>(&message.payload) {
+                            Ok(note) => act_on(&notes, note).await,
+                            Err(err) => tracing::debug!(error = %err, "unreadable bus note ignored"),
+                        }
+                    }
+                }
+                Err(err) => tracing::warn!(error = %err, "cannot subscribe to bus notes; retrying"),
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
+    let client = nats.client.clone();
+    let frames = services.clone();
+    tokio::spawn(async move {
+        loop {
+            if let Err(err) = follow_telemetry(&client, &frames).await {
+                tracing::warn!(error = %err, "shared telemetry interrupted; resubscribing");
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
+}
+
+/// What a note from another replica asks of this one.
+async fn act_on(services: &Services, note: Note) {
+    match note {
+        Note::Wake { host_id } => services.signals.notify(host_id),
+        Note::Kick { host_id } => {
+            // Only a connection that no longer owns its host ends: the note may be late, and the
+            // agent may be back here already.
+            if let Some(connection) = services.connections.with(host_id, |_, generation| generation)
+                && !crate::hosts::owns_connection(services, host_id, &connection_id(services, connection))
+                    .await
+                    .unwrap_or(true)
+            {
+                services.connections.disconnect(host_id, connection);
+            }
+        }
+        Note::AlertsChanged { host_id } => services.telemetry.alerts.forget(host_id),
+        Note::StockChanged => services.stock_version.bump(),
+    }
+}
+
+/// The id of this replica's connection `generation`, as stored in `hosts.connection_id`.
+pub fn connection_id(services: &Services, generation: u64) -> String {
+    format!("{}:{generation}", services.bus.replica)
+}
+
+/// Frames shared by other replicas, from the stream's oldest kept one (the last five minutes)
+/// on, into this replica's hub. Without JetStream, live frames only (core NATS).
+async fn follow_telemetry(client: &async_nats::Client, services: &Services) -> Result<(), String> {
+    let bus = &services.bus;
+    let all = format!("{}.telemetry.>", bus.prefix);
+    let jetstream = async_nats::jetstream::new(client.clone());
+    let stream = jetstream
+        .get_or_create_stream(async_nats::jetstream::stream::Config {
+            name: bus.stream.clone(),
+            subjects: vec![all.clone()],
+            max_age: TELEMETRY_KEPT,
+            max_messages: 2_000_000,
+            max_bytes: 512 * 1024 * 1024,
+            storage: async_nats::jetstream::stream::StorageType::Memory,
+            discard: async_nats::jetstream::stream::DiscardPolicy::Old,
+            ..Default::default()
+        })
+        .await;
+    let mut frames: std::pin::Pin<Box<dyn futures_util::Stream<Item = (String, Vec<u8>)> + Send>> = match stream {
+        Ok(stream) => {
+            let consumer = stream
+                .create_consumer(async_nats::jetstream::consumer::push::OrderedConfig {
+                    deliver_subject: client.new_inbox(),
+                    filter_subject: all.clone(),
+                    deliver_policy: async_nats::jetstream::consumer::DeliverPolicy::All,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+            let messages = consumer.messages().await.map_err(|e| e.to_string())?;
+            Box::pin(messages.filter_map(|m| async move {
+                let m = m.ok()?;
+                Some((m.subject.to_string(), m.payload.to_vec()))
+            }))
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, "no JetStream for telemetry: live frames only, no recent minutes");
+            let subscription = client.subscribe(all).await.map_err(|e| e.to_string())?;
+            Box::pin(subscription.map(|m| (m.subject.to_string(), m.payload.to_vec())))
+        }
+    };
+    while let Some((subject, payload)) = frames.next().await {
+        // `cardpool.<cluster>.telemetry.<replica>.<host>`
+        let mut parts = subject.split('.').skip(3);
+        let (Some(sender), Some(host)) = (parts.next(), parts.next()) else { continue };
+        let Ok(host_id) = host.parse::<i64>() else { continue };
+        if sender == services.bus.replica {
+            continue;
+        }
+        match serde_json::from_slice::<Vec<TelemetryFrame>>(&payload) {
+            Ok(frames) => services.telemetry.arrived_from_peer(host_id, &frames),
+            Err(err) => tracing::debug!(error = %err, "unreadable shared frames ignored"),
+        }
+    }
+    Err("the telemetry subscription ended".into())
+}
