@@ -2,7 +2,7 @@
 # The whole test suite: formatting, lints, unit/service/HTTP tests on SQLite and PostgreSQL,
 # the README's run command checked on the release build (scripts/run.sh --check), schemathesis
 # against the API of that release server, then Playwright in Chromium against it on SQLite and
-# on PostgreSQL.
+# against a two-replica cluster on PostgreSQL and NATS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -38,7 +38,7 @@ say "systemd units (deploy/systemd) against the binaries just built"
 
 pg_db=""
 cleanup() {
-  stop_server
+  stop_cluster
   [[ -n "$pg_db" ]] && psql "$CARDPOOL_TEST_POSTGRES_URL" -qc "DROP DATABASE IF EXISTS $pg_db WITH (FORCE)" >/dev/null 2>&1
   rm -rf "${e2e_tmp:-/nonexistent}"
   true
@@ -56,33 +56,45 @@ start_server "$PWD/target/release/cardpool" target/e2e-logs/server-schemathesis.
 ./scripts/schemathesis.sh "$SERVER_URL"
 stop_server
 
-# Playwright against the release server run.sh --check just built and checked. Its hosts
-# beat every second and a silent one is offline after 5 s (and judged from 10 s after start),
-# so a test that stops an agent sees the host go offline without waiting the production 20 s.
+# Playwright against the release server run.sh --check just built and checked: one process on
+# SQLite, then a two-replica cluster on PostgreSQL and NATS (scripts/cluster.sh's: the demo's
+# hosts connected to replica B, the browser on replica A, so bookings, live charts, logs and
+# SSH all cross the bus). Its hosts beat every second and a silent one is offline after 5 s
+# (and judged from 10 s after start), so a test that stops an agent sees the host go offline
+# without waiting the production 20 s.
 e2e() {
-  local backend=$1 url=$2
+  local backend=$1 url=$2 logs
   say "Playwright on $backend"
-  CARDPOOL_HEARTBEAT_INTERVAL_SECS=1 CARDPOOL_HOST_OFFLINE_GRACE_SECS=5 CARDPOOL_AGENT_RECONNECT_SECS=5 \
+  export CARDPOOL_HEARTBEAT_INTERVAL_SECS=1 CARDPOOL_HOST_OFFLINE_GRACE_SECS=5 CARDPOOL_AGENT_RECONNECT_SECS=5
+  if [[ $backend == cluster ]]; then
+    start_cluster "$PWD/target/release/cardpool" target/e2e-logs "$url" --site-root "$PWD/target/site"
+    logs="target/e2e-logs/cluster-a.log target/e2e-logs/cluster-b.log"
+  else
     start_server "$PWD/target/release/cardpool" "target/e2e-logs/server-$backend.log" \
-    --database-url "$url" --demo --site-root "$PWD/target/site"
+      --database-url "$url" --demo --site-root "$PWD/target/site"
+    logs="target/e2e-logs/server-$backend.log"
+  fi
   local report="target/e2e-logs/playwright-$backend.txt"
   if ! (cd end2end && CARDPOOL_E2E_URL="$SERVER_URL" CARDPOOL_E2E_BACKEND="$backend" \
     CARDPOOL_AGENT_BIN="$PWD/../target/debug/cardpool-agent" npx playwright test) 2>&1 | tee "$report"; then
     # Printed last, so the end of a failed run's output says which test failed and why: first
-    # the server's log around it, then Playwright's summary of the failures.
-    say "Playwright failed on $backend; the server's log (target/e2e-logs/server-$backend.log) ends:"
-    tail -n 40 "target/e2e-logs/server-$backend.log"
+    # the servers' logs around it, then Playwright's summary of the failures.
+    for log in $logs; do
+      say "Playwright failed on $backend; $log ends:"
+      tail -n 30 "$log"
+    done
     say "Playwright's failures on $backend (all of its output: $report):"
     # Each failure's title and the first lines of its error; then the counts.
     awk '/^  [0-9]+\) /{n=8} n>0 && NF {print; n--} /^  [0-9]+ (failed|flaky|did not run|passed)/' "$report"
     exit 1
   fi
-  stop_server
+  if [[ $backend == cluster ]]; then stop_cluster; else stop_server; fi
+  unset CARDPOOL_HEARTBEAT_INTERVAL_SECS CARDPOOL_HOST_OFFLINE_GRACE_SECS CARDPOOL_AGENT_RECONNECT_SECS
 }
 
 e2e sqlite "sqlite://$e2e_tmp/e2e.db?mode=rwc"
 pg_db="cardpool_e2e_$$"
 psql "$CARDPOOL_TEST_POSTGRES_URL" -qc "CREATE DATABASE $pg_db" >/dev/null
-e2e postgres "${CARDPOOL_TEST_POSTGRES_URL%/*}/$pg_db"
+e2e cluster "${CARDPOOL_TEST_POSTGRES_URL%/*}/$pg_db"
 
 say "all tests passed in $(( $(date +%s) - start ))s (screenshots in end2end/screenshots/)"

@@ -47,6 +47,7 @@ pub struct GatewayOptions {
 
 /// Why a connection that lost its host to a newer one ends.
 const TAKEN_OVER: &str = "another connection of this host took over (is a second agent running with its credential?)";
+const REVOKED: &str = "this host's credential was revoked";
 /// How long a new connection may take to say hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest message an agent may send: a telemetry batch (60 frames of 64 GPUs) is ~600 KiB.
@@ -188,8 +189,10 @@ async fn serve_connected(
     let mut stored = TokenBucket::new(STORED_PER_SEC, STORED_BURST);
     let mut relayed = TokenBucket::new(RELAYED_PER_SEC, RELAYED_BURST);
     let wake = services.signals.subscribe(host.id);
-    // Reads of workload logs for this host come through here until the connection ends.
+    // Reads of workload logs for this host come through here until the connection ends, the
+    // other replicas' reads and SSH channels too.
     let mut logs = services.logs.connect(host.id);
+    let _serving_others = bus::serve_host(services, host.id);
     // Agents since 1.2 report every status change before the heartbeat that leaves the
     // workload out, so a workload missing from a heartbeat is really gone.
     let reconciles = agent_protocol.minor >= 2;
@@ -263,6 +266,10 @@ async fn serve_connected(
                                 refuse(tx, TAKEN_OVER).await;
                                 break;
                             }
+                            Err(AppError::Unauthorized) => {
+                                refuse(tx, REVOKED).await;
+                                break;
+                            }
                             Err(err) => Err(err),
                         };
                         if beat.is_ok() && reconciles {
@@ -320,7 +327,7 @@ async fn serve_connected(
             }
             _ = recheck.tick() => {
                 if hosts::authenticate_host(services, credential).await.is_err() {
-                    refuse(tx, "this host's credential was revoked").await;
+                    refuse(tx, REVOKED).await;
                     break;
                 }
             }

@@ -331,7 +331,9 @@ async fn open_tunnel(
     env: Vec<(String, String)>,
 ) -> Result<cardpool_service::tunnels::Channel, String> {
     let mut tunnel =
-        services.tunnels.open(target.host_id, target.rental_id, what, terminal, env).map_err(|e| e.to_string())?;
+        cardpool_service::tunnels::open_channel(services, target.host_id, target.rental_id, what, terminal, env)
+            .await
+            .map_err(|e| e.to_string())?;
     match tokio::time::timeout(Duration::from_secs(30), tunnel.events.recv()).await {
         Ok(Some(ChannelEvent::Opened)) => Ok(tunnel),
         Ok(Some(ChannelEvent::Refused(reason))) => Err(reason),

@@ -12,6 +12,11 @@
 //!   in the JetStream stream `CARDPOOL_<cluster>_TELEMETRY`, so a replica that starts shows the
 //!   recent minutes of every host at once, and live frames of hosts connected anywhere.
 //!
+//! - log reads (NATS request/reply on `cardpool.<cluster>.logs.<host>`) and SSH channels
+//!   (`cardpool.<cluster>.tunnel.up.<host>.<replica>` to the agent, `...tunnel.down.<replica>`
+//!   back): the replica holding a host's agent connection serves the others for it while the
+//!   connection lasts ([`serve_host`]).
+//!
 //! A cluster is the replicas of one database: `<cluster>` is the PostgreSQL database's name, so
 //! two deployments (or two test databases) sharing one NATS never hear each other.
 //!
@@ -21,8 +26,9 @@
 //! own replica. Publishing never waits on NATS: a bounded outbox is drained by one task, and
 //! what does not fit is dropped and counted.
 
+use crate::tunnels::{FromAgent, ToAgent};
 use crate::{AppError, AppResult, Services};
-use cardpool_protocol::TelemetryFrame;
+use cardpool_protocol::{LogChunk, TelemetryFrame};
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use std::{
@@ -149,6 +155,10 @@ impl Bus {
         }
     }
 
+    fn logs_subject(&self, host_id: i64) -> String {
+        format!("{}.logs.{host_id}", self.prefix)
+    }
+
     /// Where this replica's frames go: `<prefix>.telemetry.<replica>` and then the host's id.
     fn telemetry_subject(&self) -> String {
         format!("{}.telemetry.{}", self.prefix, self.replica)
@@ -222,6 +232,16 @@ pub fn listen(services: &Services) {
                     }
                 }
                 Err(err) => tracing::warn!(error = %err, "cannot subscribe to bus notes; retrying"),
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
+    let client = nats.client.clone();
+    let channels = services.clone();
+    tokio::spawn(async move {
+        loop {
+            if let Err(err) = follow_channels(&client, &channels).await {
+                tracing::warn!(error = %err, "remote SSH channels interrupted; resubscribing");
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
@@ -318,4 +338,192 @@ async fn follow_telemetry(client: &async_nats::Client, services: &Services) -> R
         }
     }
     Err("the telemetry subscription ended".into())
+}
+
+/// A read of a rental's workload log, asked of the replica holding its host's connection.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LogRead {
+    pub rental_id: i64,
+    pub offset: Option<u64>,
+    pub max_bytes: u32,
+}
+
+/// How the holding replica answered a [`LogRead`].
+#[derive(Debug, Serialize, Deserialize)]
+enum LogAnswer {
+    Chunk(LogChunk),
+    /// The agent has no such log (why).
+    NoLog(String),
+    /// The agent could not be asked (why).
+    Unavailable(String),
+}
+
+/// Reads a log through the replica holding the host's agent connection: `Unavailable` when no
+/// replica holds it (or there is no bus), else what its agent answered.
+pub async fn read_logs(services: &Services, host_id: i64, read: &LogRead) -> AppResult<Result<LogChunk, String>> {
+    let offline = || AppError::Unavailable(crate::logs::OFFLINE.into());
+    let Some(nats) = &services.bus.nats else { return Err(offline()) };
+    let payload = serde_json::to_vec(read).map_err(|_| AppError::Internal)?;
+    let request = async_nats::Request::new()
+        .payload(payload.into())
+        .timeout(Some(crate::logs::ANSWER_WITHIN + Duration::from_secs(1)));
+    let reply = match nats.client.send_request(services.bus.logs_subject(host_id), request).await {
+        Ok(reply) => reply,
+        Err(err) if err.kind() == async_nats::RequestErrorKind::NoResponders => return Err(offline()),
+        Err(err) => {
+            tracing::debug!(error = %err, host_id, "log read over the bus failed");
+            return Err(AppError::Unavailable("the host's agent did not answer in time".into()));
+        }
+    };
+    match serde_json::from_slice::<LogAnswer>(&reply.payload) {
+        Ok(LogAnswer::Chunk(chunk)) => Ok(Ok(chunk)),
+        Ok(LogAnswer::NoLog(why)) => Ok(Err(why)),
+        Ok(LogAnswer::Unavailable(why)) => Err(AppError::Unavailable(why)),
+        Err(_) => Err(AppError::Internal),
+    }
+}
+
+/// While this lives, this replica answers the other replicas' log reads and carries their SSH
+/// channels for a host whose agent is connected here (nothing to do in one process).
+pub struct ServingHost(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for ServingHost {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// Starts serving the other replicas for `host_id`, connected here: their log reads (see
+/// [`read_logs`]) and their SSH channels (see [`channel_outbox`]).
+pub fn serve_host(services: &Services, host_id: i64) -> ServingHost {
+    let Some(nats) = &services.bus.nats else { return ServingHost(Vec::new()) };
+    let logs = tokio::spawn(serve_log_reads(nats.client.clone(), services.clone(), host_id));
+    let channels = tokio::spawn(relay_channels(nats.client.clone(), services.clone(), host_id));
+    ServingHost(vec![logs, channels])
+}
+
+async fn serve_log_reads(client: async_nats::Client, services: Services, host_id: i64) {
+    let mut reads = match client.subscribe(services.bus.logs_subject(host_id)).await {
+        Ok(reads) => reads,
+        Err(err) => {
+            tracing::warn!(error = %err, host_id, "cannot answer other replicas' log reads");
+            return;
+        }
+    };
+    while let Some(message) = reads.next().await {
+        let (Some(reply), Ok(read)) = (message.reply, serde_json::from_slice::<LogRead>(&message.payload)) else {
+            continue;
+        };
+        // Each read waits for the agent, whose answer comes through the connection's own loop:
+        // answered on a task of its own, never in this one.
+        let (client, services) = (client.clone(), services.clone());
+        tokio::spawn(async move {
+            let answer = match services.logs.read(host_id, read.rental_id, read.offset, read.max_bytes).await {
+                Some(Ok(Ok(chunk))) => LogAnswer::Chunk(chunk),
+                Some(Ok(Err(why))) => LogAnswer::NoLog(why),
+                Some(Err(err)) => LogAnswer::Unavailable(err.to_string()),
+                None => LogAnswer::Unavailable(crate::logs::OFFLINE.into()),
+            };
+            if let Ok(payload) = serde_json::to_vec(&answer) {
+                let _ = client.publish(reply, payload.into()).await;
+            }
+        });
+    }
+}
+
+/// Frames on the wire between replicas: a JSON message, or a binary data frame as the agent
+/// protocol has it.
+const JSON_FRAME: u8 = 0;
+const DATA_FRAME: u8 = 1;
+
+fn encode(json: Option<Vec<u8>>, data: Option<Vec<u8>>) -> Vec<u8> {
+    match (json, data) {
+        (Some(json), _) => [&[JSON_FRAME][..], &json].concat(),
+        (None, Some(data)) => [&[DATA_FRAME][..], &data].concat(),
+        (None, None) => Vec::new(),
+    }
+}
+
+/// Other replicas' SSH channels on `host_id`, connected here: what they send goes to the
+/// agent, what the agent answers on those channels goes back to the replica that opened them.
+async fn relay_channels(client: async_nats::Client, services: Services, host_id: i64) {
+    let subject = format!("{}.tunnel.up.{host_id}.*", services.bus.prefix);
+    let mut frames = match client.subscribe(subject).await {
+        Ok(frames) => frames,
+        Err(err) => {
+            tracing::warn!(error = %err, host_id, "cannot carry other replicas' SSH channels");
+            return;
+        }
+    };
+    let mut back_to: std::collections::HashMap<String, mpsc::UnboundedSender<FromAgent>> = Default::default();
+    while let Some(message) = frames.next().await {
+        let Some(origin) = message.subject.rsplit('.').next().map(str::to_owned) else { continue };
+        let frame = match message.payload.split_first() {
+            Some((&JSON_FRAME, json)) => match serde_json::from_slice(json) {
+                Ok(message) => ToAgent::Message(message),
+                Err(_) => continue,
+            },
+            Some((&DATA_FRAME, data)) => ToAgent::Data(data.to_vec()),
+            _ => continue,
+        };
+        let back = back_to.entry(origin.clone()).or_insert_with(|| {
+            let (back, mut answers) = mpsc::unbounded_channel::<FromAgent>();
+            let (client, subject) = (client.clone(), format!("{}.tunnel.down.{origin}", services.bus.prefix));
+            tokio::spawn(async move {
+                while let Some(answer) = answers.recv().await {
+                    let payload = match answer {
+                        FromAgent::Message(message) => encode(serde_json::to_vec(&message).ok(), None),
+                        FromAgent::Data(data) => encode(None, Some(data)),
+                    };
+                    if client.publish(subject.clone(), payload.into()).await.is_err() {
+                        break;
+                    }
+                }
+            });
+            back
+        });
+        services.tunnels.relay(host_id, frame, back);
+    }
+}
+
+/// Where a channel on `host_id`, connected to another replica, sends what goes to the agent:
+/// published in order to the replicas serving the host (see [`serve_host`]).
+pub fn channel_outbox(services: &Services, host_id: i64) -> mpsc::UnboundedSender<ToAgent> {
+    let (outbox, mut frames) = mpsc::unbounded_channel::<ToAgent>();
+    if let Some(nats) = &services.bus.nats {
+        let client = nats.client.clone();
+        let subject = format!("{}.tunnel.up.{host_id}.{}", services.bus.prefix, services.bus.replica);
+        tokio::spawn(async move {
+            while let Some(frame) = frames.recv().await {
+                let payload = match frame {
+                    ToAgent::Message(message) => encode(serde_json::to_vec(&message).ok(), None),
+                    ToAgent::Data(data) => encode(None, Some(data)),
+                };
+                if client.publish(subject.clone(), payload.into()).await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    outbox
+}
+
+/// This replica's end of the channels it opened on agents connected elsewhere.
+async fn follow_channels(client: &async_nats::Client, services: &Services) -> Result<(), String> {
+    let subject = format!("{}.tunnel.down.{}", services.bus.prefix, services.bus.replica);
+    let mut answers = client.subscribe(subject).await.map_err(|e| e.to_string())?;
+    while let Some(message) = answers.next().await {
+        let from = match message.payload.split_first() {
+            Some((&JSON_FRAME, json)) => match serde_json::from_slice(json) {
+                Ok(message) => FromAgent::Message(message),
+                Err(_) => continue,
+            },
+            Some((&DATA_FRAME, data)) => FromAgent::Data(data.to_vec()),
+            _ => continue,
+        };
+        services.tunnels.from_remote(from);
+    }
+    Err("the channel subscription ended".into())
 }

@@ -202,13 +202,22 @@ pub async fn connect_host(services: &Services, host: &hosts::Model, connection: 
 }
 
 /// A heartbeat through agent connection `connection`. `false` (and nothing recorded) when
-/// another connection has taken the host over since: this one should end.
+/// another connection has taken the host over since: this one should end. `Unauthorized` when
+/// the host has been revoked.
 pub async fn record_connection_heartbeat(
     services: &Services,
     host: &hosts::Model,
     connection: &str,
 ) -> AppResult<bool> {
-    heard_from(services, host.id, Through::Owner(connection)).await
+    if heard_from(services, host.id, Through::Owner(connection)).await? {
+        return Ok(true);
+    }
+    let revoked = hosts::Entity::find_by_id(host.id)
+        .one(&services.db)
+        .await
+        .context("loading host")?
+        .is_none_or(|h| h.revoked_at.is_some());
+    if revoked { Err(AppError::Unauthorized) } else { Ok(false) }
 }
 
 /// Whether `connection` still owns the host.
@@ -218,6 +227,15 @@ pub async fn owns_connection(services: &Services, host_id: i64, connection: &str
         .await
         .context("loading host")?
         .is_some_and(|h| h.connection_id.as_deref() == Some(connection)))
+}
+
+/// Whether some replica holds an agent connection of the host.
+pub async fn is_connected_anywhere(services: &Services, host_id: i64) -> AppResult<bool> {
+    Ok(hosts::Entity::find_by_id(host_id)
+        .one(&services.db)
+        .await
+        .context("loading host")?
+        .is_some_and(|h| h.connection_id.is_some()))
 }
 
 /// Agent connection `connection` closed: the host has no connection now, unless another one

@@ -5,8 +5,9 @@
 //! repeats a byte, whichever side reconnects in between.
 //!
 //! The gateway [`LogRelay::connect`]s each agent connection (see `agent_links`: the newest
-//! connection of a host wins) and hands the agent's answers to [`LogRelay::answer`]. In-process: with several replicas, the
-//! connection holding the host answers for it (see `signals`).
+//! connection of a host wins) and hands the agent's answers to [`LogRelay::answer`]. With
+//! several replicas, a read for a host connected to another replica goes to it over the bus
+//! (`bus::read_logs`, a NATS request the holding replica answers).
 
 use crate::{
     AppResult, Services,
@@ -27,7 +28,9 @@ use std::{
 use tokio::sync::{mpsc, oneshot};
 
 /// How long an agent has to answer a read.
-const ANSWER_WITHIN: Duration = Duration::from_secs(10);
+pub(crate) const ANSWER_WITHIN: Duration = Duration::from_secs(10);
+/// Why a read found no agent to ask.
+pub(crate) const OFFLINE: &str = "the host's agent is not connected; its logs are back when it is";
 /// Reads waiting for one agent at once; more are refused rather than queued.
 const IN_FLIGHT_PER_HOST: usize = 32;
 
@@ -67,8 +70,20 @@ impl LogRelay {
         }
     }
 
-    /// Asks the host's agent; `Ok(Err(why))` when the agent has no such log.
-    async fn read(
+    /// Asks the host's agent, if it is connected here (`None` otherwise); `Ok(Err(why))` when
+    /// the agent has no such log.
+    pub(crate) async fn read(
+        &self,
+        host_id: i64,
+        rental_id: i64,
+        offset: Option<u64>,
+        max_bytes: u32,
+    ) -> Option<AppResult<Result<LogChunk, String>>> {
+        self.links.with(host_id, |_, _| ())?;
+        Some(self.read_here(host_id, rental_id, offset, max_bytes).await)
+    }
+
+    async fn read_here(
         &self,
         host_id: i64,
         rental_id: i64,
@@ -77,8 +92,7 @@ impl LogRelay {
     ) -> AppResult<Result<LogChunk, String>> {
         let request_id = self.ids.fetch_add(1, Ordering::Relaxed) + 1;
         let (tx, rx) = oneshot::channel();
-        let offline =
-            || AppError::Unavailable("the host's agent is not connected; its logs are back when it is".into());
+        let offline = || AppError::Unavailable(OFFLINE.into());
         let read = ServerMessage::ReadLogs { request_id, rental_id, offset, max_bytes };
         self.links
             .with(host_id, |link, _| {
@@ -110,7 +124,14 @@ pub async fn read_rental_log(
 ) -> AppResult<LogChunk> {
     let rental = visible_rental(services, principal, rental_id, Audience::Renter).await?;
     let max_bytes = max_bytes.unwrap_or(LOG_CHUNK_BYTES).clamp(1, LOG_CHUNK_BYTES);
-    match services.logs.read(rental.host_id, rental.id, offset, max_bytes).await? {
+    let answer = match services.logs.read(rental.host_id, rental.id, offset, max_bytes).await {
+        Some(answer) => answer?,
+        None => {
+            let read = crate::bus::LogRead { rental_id: rental.id, offset, max_bytes };
+            crate::bus::read_logs(services, rental.host_id, &read).await?
+        }
+    };
+    match answer {
         Ok(chunk) => Ok(chunk),
         // Not started yet: nothing written so far, more to come.
         Err(_) if RentalState::parse(&rental.state).is_some_and(|s| !s.is_terminal()) => {

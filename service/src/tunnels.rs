@@ -6,8 +6,14 @@
 //! (the newest connection of a host wins; a stale one closing late cannot unhook it) and
 //! hands every channel message and data frame of the agent to [`TunnelHub::from_agent`] /
 //! [`TunnelHub::from_agent_data`]. The SSH gateway opens a [`Channel`] per SSH channel; when
-//! the agent's connection goes, so do its channels. In-process: with several replicas, the
-//! SSH gateway of the replica holding the host's connection must serve it (as for logs).
+//! the agent's connection goes, so do its channels.
+//!
+//! With several replicas, the SSH gateway a renter reached may not hold the host's agent
+//! connection. Its channel is then remote ([`TunnelHub::open_remote`]): what it sends the agent
+//! goes out through an outbox the bus carries to the holding replica, which registers the
+//! channel as relayed ([`TunnelHub::relay`]) and hands the agent's answers for it back to the
+//! bus instead of to an SSH client; they arrive at [`TunnelHub::from_remote`]. Channel ids
+//! start at a random point per process, so two replicas' channels on one agent never meet.
 
 use crate::{
     AppError, AppResult,
@@ -30,6 +36,14 @@ use tokio::sync::{Semaphore, mpsc};
 #[derive(Debug)]
 pub enum ToAgent {
     Message(ServerMessage),
+    /// A binary data frame.
+    Data(Vec<u8>),
+}
+
+/// What the agent says on a channel another replica's SSH gateway opened, relayed back to it.
+#[derive(Debug)]
+pub enum FromAgent {
+    Message(AgentMessage),
     /// A binary data frame.
     Data(Vec<u8>),
 }
@@ -63,15 +77,67 @@ impl Drop for Open {
     }
 }
 
-struct Link {
-    outbox: mpsc::UnboundedSender<ToAgent>,
-    channels: HashMap<u64, Open>,
+/// A channel on an agent connection held here.
+enum Held {
+    /// This replica's SSH gateway serves it.
+    Here(Open),
+    /// Another replica's does: what the agent says on it goes back there.
+    Relayed(mpsc::UnboundedSender<FromAgent>),
 }
 
-#[derive(Default)]
+struct Link {
+    outbox: mpsc::UnboundedSender<ToAgent>,
+    channels: HashMap<u64, Held>,
+}
+
 pub struct TunnelHub {
     links: Arc<AgentLinks<Link>>,
     ids: AtomicU64,
+    /// This replica's channels on agents connected to other replicas.
+    remote: Arc<std::sync::Mutex<HashMap<u64, Open>>>,
+}
+
+impl Default for TunnelHub {
+    fn default() -> Self {
+        // A random start (below 2^62, so ids never wrap) keeps replicas' ids apart.
+        let start = rand::random::<u64>() >> 2;
+        TunnelHub { links: Arc::default(), ids: AtomicU64::new(start), remote: Arc::default() }
+    }
+}
+
+/// Hands one agent channel message to the channel it is for: its events, its window.
+/// Returns whether the channel is over.
+fn deliver(open: &Open, message: &AgentMessage) -> bool {
+    let event = match message {
+        AgentMessage::ChannelOpened { .. } => ChannelEvent::Opened,
+        AgentMessage::ChannelRefused { reason, .. } => ChannelEvent::Refused(reason.clone()),
+        AgentMessage::ChannelEof { .. } => ChannelEvent::Eof,
+        AgentMessage::ChannelExit { code, signal, .. } => ChannelEvent::Exit { code: *code, signal: signal.clone() },
+        AgentMessage::ChannelClosed { .. } => {
+            let _ = open.events.send(ChannelEvent::Closed);
+            return true;
+        }
+        AgentMessage::ChannelWindow { bytes, .. } => {
+            let room = CHANNEL_WINDOW.saturating_sub(open.credit.available_permits() as u64);
+            open.credit.add_permits((*bytes).min(room) as usize);
+            return false;
+        }
+        _ => return false,
+    };
+    let _ = open.events.send(event);
+    false
+}
+
+fn channel_of(message: &AgentMessage) -> Option<u64> {
+    match message {
+        AgentMessage::ChannelOpened { channel }
+        | AgentMessage::ChannelRefused { channel, .. }
+        | AgentMessage::ChannelEof { channel }
+        | AgentMessage::ChannelExit { channel, .. }
+        | AgentMessage::ChannelClosed { channel }
+        | AgentMessage::ChannelWindow { channel, .. } => Some(*channel),
+        _ => None,
+    }
 }
 
 /// An agent connection's side of the hub. Dropped with the connection, it unhooks it (and
@@ -92,31 +158,18 @@ impl TunnelHub {
 
     /// A channel message from the host's agent.
     pub fn from_agent(&self, host_id: i64, message: &AgentMessage) {
+        let Some(channel) = channel_of(message) else { return };
         self.links.with(host_id, |link, _| {
-            let (channel, event) = match message {
-                AgentMessage::ChannelOpened { channel } => (*channel, ChannelEvent::Opened),
-                AgentMessage::ChannelRefused { channel, reason } => (*channel, ChannelEvent::Refused(reason.clone())),
-                AgentMessage::ChannelEof { channel } => (*channel, ChannelEvent::Eof),
-                AgentMessage::ChannelExit { channel, code, signal } => {
-                    (*channel, ChannelEvent::Exit { code: *code, signal: signal.clone() })
+            let over = match link.channels.get(&channel) {
+                Some(Held::Here(open)) => deliver(open, message),
+                Some(Held::Relayed(back)) => {
+                    let _ = back.send(FromAgent::Message(message.clone()));
+                    matches!(message, AgentMessage::ChannelClosed { .. })
                 }
-                AgentMessage::ChannelClosed { channel } => {
-                    if let Some(open) = link.channels.remove(channel) {
-                        let _ = open.events.send(ChannelEvent::Closed);
-                    }
-                    return;
-                }
-                AgentMessage::ChannelWindow { channel, bytes } => {
-                    if let Some(open) = link.channels.get(channel) {
-                        let room = CHANNEL_WINDOW.saturating_sub(open.credit.available_permits() as u64);
-                        open.credit.add_permits((*bytes).min(room) as usize);
-                    }
-                    return;
-                }
-                _ => return,
+                None => false,
             };
-            if let Some(open) = link.channels.get(&channel) {
-                let _ = open.events.send(event);
+            if over {
+                link.channels.remove(&channel);
             }
         });
     }
@@ -124,11 +177,103 @@ impl TunnelHub {
     /// A binary data frame from the host's agent.
     pub fn from_agent_data(&self, host_id: i64, frame: &[u8]) {
         let Some((channel, stream, bytes)) = parse_data_frame(frame) else { return };
-        self.links.with(host_id, |link, _| {
-            if let Some(open) = link.channels.get(&channel) {
+        self.links.with(host_id, |link, _| match link.channels.get(&channel) {
+            Some(Held::Here(open)) => {
                 let _ = open.events.send(ChannelEvent::Data(stream, bytes.to_vec()));
             }
+            Some(Held::Relayed(back)) => {
+                let _ = back.send(FromAgent::Data(frame.to_vec()));
+            }
+            None => {}
         });
+    }
+
+    /// What another replica's SSH gateway sends the agent of `host_id`, connected here, on a
+    /// channel it opened: an `OpenChannel` registers the channel as relayed, its answers going
+    /// to `back`; anything else must be for a channel relayed so. False when the host is not
+    /// connected here (any more).
+    pub fn relay(&self, host_id: i64, frame: ToAgent, back: &mpsc::UnboundedSender<FromAgent>) -> bool {
+        self.links
+            .with(host_id, |link, _| {
+                let channel = match &frame {
+                    ToAgent::Message(ServerMessage::OpenChannel { channel, .. }) => {
+                        if link.channels.len() >= MAX_CHANNELS || link.channels.contains_key(channel) {
+                            let _ = back.send(FromAgent::Message(AgentMessage::ChannelRefused {
+                                channel: *channel,
+                                reason: format!("the rental's host already carries {MAX_CHANNELS} channels"),
+                            }));
+                            return true;
+                        }
+                        link.channels.insert(*channel, Held::Relayed(back.clone()));
+                        *channel
+                    }
+                    ToAgent::Message(message) => match message {
+                        ServerMessage::ChannelWindow { channel, .. }
+                        | ServerMessage::ChannelEof { channel }
+                        | ServerMessage::ChannelResize { channel, .. }
+                        | ServerMessage::ChannelClose { channel } => *channel,
+                        _ => return true,
+                    },
+                    ToAgent::Data(bytes) => match parse_data_frame(bytes) {
+                        Some((channel, _, _)) => channel,
+                        None => return true,
+                    },
+                };
+                if !matches!(link.channels.get(&channel), Some(Held::Relayed(_))) {
+                    return true;
+                }
+                if matches!(frame, ToAgent::Message(ServerMessage::ChannelClose { .. })) {
+                    link.channels.remove(&channel);
+                }
+                link.outbox.send(frame).is_ok()
+            })
+            .unwrap_or(false)
+    }
+
+    /// What the agent said on one of this replica's remote channels (see [`TunnelHub::open_remote`]).
+    pub fn from_remote(&self, from: FromAgent) {
+        let mut remote = self.remote.lock().unwrap_or_else(|p| p.into_inner());
+        match from {
+            FromAgent::Message(message) => {
+                let Some(channel) = channel_of(&message) else { return };
+                if remote.get(&channel).is_some_and(|open| deliver(open, &message)) {
+                    remote.remove(&channel);
+                }
+            }
+            FromAgent::Data(frame) => {
+                let Some((channel, stream, bytes)) = parse_data_frame(&frame) else { return };
+                if let Some(open) = remote.get(&channel) {
+                    let _ = open.events.send(ChannelEvent::Data(stream, bytes.to_vec()));
+                }
+            }
+        }
+    }
+
+    /// Opens a channel on an agent connected to another replica: `outbox` takes what goes to
+    /// the agent (the bus carries it there), answers come through [`TunnelHub::from_remote`].
+    pub fn open_remote(
+        &self,
+        outbox: mpsc::UnboundedSender<ToAgent>,
+        rental_id: i64,
+        target: ChannelTarget,
+        terminal: Option<Terminal>,
+        env: Vec<(String, String)>,
+    ) -> AppResult<Channel> {
+        let id = self.ids.fetch_add(1, Ordering::Relaxed) + 1;
+        let (events_tx, events) = mpsc::unbounded_channel();
+        let credit = Arc::new(Semaphore::new(CHANNEL_WINDOW as usize));
+        let open = ServerMessage::OpenChannel { channel: id, rental_id, target, terminal, env };
+        outbox.send(ToAgent::Message(open)).map_err(|_| AppError::Unavailable("the bus is down".into()))?;
+        self.remote
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, Open { events: events_tx, credit: credit.clone() });
+        Ok(Channel { id, events, credit, route: Route::Remote { outbox, remote: self.remote.clone() } })
+    }
+
+    /// Whether the host's agent is connected here.
+    pub fn is_connected(&self, host_id: i64) -> bool {
+        self.links.with(host_id, |_, _| ()).is_some()
     }
 
     /// Asks the host's agent to open a channel into the rental; the answer comes as the first
@@ -153,14 +298,34 @@ impl TunnelHub {
             }
             let open = ServerMessage::OpenChannel { channel: id, rental_id, target, terminal, env };
             link.outbox.send(ToAgent::Message(open)).map_err(|_| AppError::Unavailable("the host just went".into()))?;
-            link.channels.insert(id, Open { events: events_tx, credit: credit.clone() });
+            link.channels.insert(id, Held::Here(Open { events: events_tx, credit: credit.clone() }));
             Ok(generation)
         });
         let generation = opened.ok_or_else(|| {
             AppError::Unavailable("the rental's host is not connected just now (or its agent predates SSH)".into())
         })??;
-        Ok(Channel { id, events, credit, links: self.links.clone(), host_id, generation })
+        Ok(Channel { id, events, credit, route: Route::Here { links: self.links.clone(), host_id, generation } })
     }
+}
+
+/// Opens a channel into rental `rental_id` on its host's agent, wherever it is connected: here,
+/// or on another replica (over the bus). The caller has authorized the rental.
+pub async fn open_channel(
+    services: &crate::Services,
+    host_id: i64,
+    rental_id: i64,
+    target: ChannelTarget,
+    terminal: Option<Terminal>,
+    env: Vec<(String, String)>,
+) -> AppResult<Channel> {
+    if services.tunnels.is_connected(host_id) || !services.bus.is_shared() {
+        return services.tunnels.open(host_id, rental_id, target, terminal, env);
+    }
+    if !crate::hosts::is_connected_anywhere(services, host_id).await? {
+        return Err(AppError::Unavailable("the rental's host is not connected just now".into()));
+    }
+    let outbox = crate::bus::channel_outbox(services, host_id);
+    services.tunnels.open_remote(outbox, rental_id, target, terminal, env)
 }
 
 /// One SSH channel's end on the server. Dropping it closes the channel at the agent.
@@ -168,15 +333,26 @@ pub struct Channel {
     pub id: u64,
     pub events: mpsc::UnboundedReceiver<ChannelEvent>,
     credit: Arc<Semaphore>,
-    links: Arc<AgentLinks<Link>>,
-    host_id: i64,
-    generation: u64,
+    route: Route,
+}
+
+/// How a channel reaches its agent.
+enum Route {
+    /// The connection (of this generation) held here.
+    Here { links: Arc<AgentLinks<Link>>, host_id: i64, generation: u64 },
+    /// Over the bus to the replica holding the connection.
+    Remote { outbox: mpsc::UnboundedSender<ToAgent>, remote: Arc<std::sync::Mutex<HashMap<u64, Open>>> },
 }
 
 impl Channel {
     /// Sends `frame` on the connection this channel was opened on, if it is still there.
     fn to_agent(&self, frame: ToAgent) -> bool {
-        self.links.with_generation(self.host_id, self.generation, |l| l.outbox.send(frame).is_ok()).unwrap_or(false)
+        match &self.route {
+            Route::Here { links, host_id, generation } => {
+                links.with_generation(*host_id, *generation, |l| l.outbox.send(frame).is_ok()).unwrap_or(false)
+            }
+            Route::Remote { outbox, .. } => outbox.send(frame).is_ok(),
+        }
     }
 
     fn say(&self, message: ServerMessage) -> bool {
@@ -213,11 +389,21 @@ impl Channel {
 impl Drop for Channel {
     fn drop(&mut self) {
         let id = self.id;
-        self.links.with_generation(self.host_id, self.generation, |link| {
-            if link.channels.remove(&id).is_some() {
-                let _ = link.outbox.send(ToAgent::Message(ServerMessage::ChannelClose { channel: id }));
+        let close = || ToAgent::Message(ServerMessage::ChannelClose { channel: id });
+        match &self.route {
+            Route::Here { links, host_id, generation } => {
+                links.with_generation(*host_id, *generation, |link| {
+                    if link.channels.remove(&id).is_some() {
+                        let _ = link.outbox.send(close());
+                    }
+                });
             }
-        });
+            Route::Remote { outbox, remote } => {
+                if remote.lock().unwrap_or_else(|p| p.into_inner()).remove(&id).is_some() {
+                    let _ = outbox.send(close());
+                }
+            }
+        }
     }
 }
 

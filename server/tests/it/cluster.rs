@@ -35,16 +35,47 @@ fn in_time<T>(what: &str) -> impl FnOnce(tokio::time::error::Elapsed) -> T + '_ 
 }
 
 /// A booking made on replica A reaches the agent connected to replica B through the bus's
-/// wake-up (its heartbeat is 30 s away), and the rental runs.
+/// wake-up (its heartbeat is 30 s away), the rental runs, and its log and SSH work through A.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_booking_on_one_replica_reaches_an_agent_on_the_other_at_once() {
     let (a, b) = two_replicas().await;
     let (host, agent) = b.agent_host(1, agent_dir("cluster-booking")).await;
     let renter = a.funded_renter("renter@example.com", 20).await;
+    let scratch = agent_dir("cluster-ssh");
+    let key = crate::ssh::keygen(&scratch, "renter").await;
     let booked = Instant::now();
-    let rental = a.book_h100(&renter, host.state.host_id, json!({"command": "sleep 600"})).await;
+    let command = "echo started on the provider; sleep 600";
+    let workload = json!({"command": command, "ssh_public_key": crate::ssh::public(&key)});
+    let rental = a.book_h100(&renter, host.state.host_id, workload).await;
     a.wait_for_rental_state(&renter, rental, "running", Duration::from_secs(10)).await;
     eprintln!("booked on replica A, running on replica B's agent after {:?}", booked.elapsed());
+
+    // Its log, read on A, comes from the agent on B (A asks B over the bus).
+    let logs = a.url(&format!("/api/v1/rentals/{rental}/logs?offset=0"));
+    eventually(Duration::from_secs(10), "the workload's output read through replica A", async || {
+        let res = renter.get(&logs).send().await.unwrap();
+        let chunk: serde_json::Value = res.json().await.unwrap();
+        chunk["data"].as_str().filter(|d| d.contains("started on the provider")).map(|_| ())
+    })
+    .await;
+
+    // SSH through replica A's gateway reaches the sandbox on B's agent (channels over the bus),
+    // both ways: a command's output, and a file sent in and read back.
+    let ssh = crate::ssh::Client { port: a.ssh_port, known_hosts: scratch.join("known_hosts") };
+    let shell =
+        ssh.ssh(&key, &format!("r{rental}"), &[], "echo \"in $(hostname)\"; head -c 300000 /dev/zero | wc -c").await;
+    let said = crate::ssh::text(&shell);
+    assert!(shell.status.success(), "{said}");
+    assert!(said.contains("in rental-") && said.contains("300000"), "{said}");
+    // Three agent windows' worth up, through SFTP: the window crosses the bus too.
+    let upload = scratch.join("weights.bin");
+    let bytes: Vec<u8> = (0..3 << 20).map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    std::fs::write(&upload, &bytes).unwrap();
+    let sent = ssh.scp(&key, &upload.to_string_lossy(), &format!("r{rental}@127.0.0.1:/tmp/weights.bin"), false).await;
+    assert!(sent.status.success(), "{}", crate::ssh::text(&sent));
+    let sum = ssh.ssh(&key, &format!("r{rental}"), &[], "sha256sum /tmp/weights.bin").await;
+    let expected = sha256_hex(&bytes);
+    assert!(crate::ssh::text(&sum).contains(&expected), "{}", crate::ssh::text(&sum));
     let res = renter.post(a.url(&format!("/api/v1/rentals/{rental}/stop"))).send().await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     a.wait_for_rental_state(&renter, rental, "ended", Duration::from_secs(10)).await;
@@ -139,4 +170,9 @@ async fn the_workers_lead_passes_to_another_replica_when_the_leader_dies() {
     eprintln!("B took the lead {:?} after A's lock connection closed", died.elapsed());
     // B leads until its own connection fails.
     assert!(tokio::time::timeout(Duration::from_secs(2), taken.lost()).await.is_err());
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -18,7 +18,7 @@ use std::{
 const WORKLOAD: &str = "echo serving; exec python3 -m http.server 8888 --bind 127.0.0.1 --directory /workspace";
 
 /// A fresh Ed25519 key pair made by `ssh-keygen`; returns the private key's path.
-async fn keygen(dir: &Path, name: &str) -> PathBuf {
+pub(crate) async fn keygen(dir: &Path, name: &str) -> PathBuf {
     let path = dir.join(name);
     let made = tokio::process::Command::new("ssh-keygen")
         .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
@@ -30,14 +30,14 @@ async fn keygen(dir: &Path, name: &str) -> PathBuf {
     path
 }
 
-fn public(key: &Path) -> String {
+pub(crate) fn public(key: &Path) -> String {
     std::fs::read_to_string(key.with_extension("pub")).unwrap().trim().to_owned()
 }
 
 /// The OpenSSH client, as a renter runs it, with the gateway's port.
-struct Client {
-    port: u16,
-    known_hosts: PathBuf,
+pub(crate) struct Client {
+    pub(crate) port: u16,
+    pub(crate) known_hosts: PathBuf,
 }
 
 impl Client {
@@ -58,7 +58,7 @@ impl Client {
         args
     }
 
-    async fn ssh(&self, key: &Path, user: &str, extra: &[&str], command: &str) -> Output {
+    pub(crate) async fn ssh(&self, key: &Path, user: &str, extra: &[&str], command: &str) -> Output {
         let mut ssh = tokio::process::Command::new("ssh");
         ssh.args(self.options(key)).arg("-p").arg(self.port.to_string()).args(extra);
         ssh.arg(format!("{user}@127.0.0.1")).arg(command).stdin(std::process::Stdio::null());
@@ -66,7 +66,7 @@ impl Client {
     }
 
     /// `scp`, SFTP-based unless `legacy` (`-O`: the scp protocol over exec).
-    async fn scp(&self, key: &Path, from: &str, to: &str, legacy: bool) -> Output {
+    pub(crate) async fn scp(&self, key: &Path, from: &str, to: &str, legacy: bool) -> Output {
         let mut scp = tokio::process::Command::new("scp");
         scp.args(self.options(key)).arg("-P").arg(self.port.to_string());
         if legacy {
@@ -79,7 +79,7 @@ impl Client {
     }
 }
 
-fn text(output: &Output) -> String {
+pub(crate) fn text(output: &Output) -> String {
     format!(
         "status {:?}\nstdout: {}\nstderr: {}",
         output.status.code(),
