@@ -200,8 +200,8 @@ impl server::Handler for Connection {
 
     async fn auth_publickey_offered(&mut self, user: &str, _offer: PublicKeyOffer<'_>) -> Result<Auth, Self::Error> {
         // Every key tried counts against the source, as every sign-in does.
-        if let Err(wait) = self.services.sign_in_limiter.admit_source(self.peer) {
-            tracing::info!(peer = %self.peer, ssh.user = user, wait_secs = wait.as_secs(), "ssh login throttled");
+        if let Err(refused) = self.services.sign_in_limiter.admit_source(self.peer).await {
+            tracing::info!(peer = %self.peer, ssh.user = user, %refused, "ssh login throttled");
             return Ok(Auth::reject());
         }
         Ok(Auth::Accept)

@@ -10,7 +10,8 @@ use tower_sessions::ExpiredDeletion;
 
 /// Starts the background workers: the host liveness reaper, rental billing and schedules
 /// (reservation windows, scheduled preemptions), expired-session cleanup, the retry of payouts
-/// Stripe has not confirmed, the telemetry retention policy, and an hourly audit of the ledger.
+/// Stripe has not confirmed, the telemetry retention policy, the sign-in throttle's sweep, and
+/// an hourly audit of the ledger.
 ///
 /// The reaper judges no host until `reconnect_hold` has passed since the server started or
 /// since its own last failure: after a restart, an upgrade or a database outage, agents that
@@ -99,6 +100,19 @@ fn start(
                 Ok(0) => {}
                 Ok(n) => tracing::info!(settled = n, "pending payouts settled"),
                 Err(err) => tracing::warn!(error = %err, "payout retry failed; will retry"),
+            }
+        }
+    });
+
+    let throttle = services.clone();
+    workers.spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(3600));
+        loop {
+            every.tick().await;
+            match throttle.sign_in_limiter.sweep().await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(deleted = n, "expired sign-in throttle events deleted"),
+                Err(err) => tracing::warn!(error = %err, "sign-in throttle sweep failed; will retry"),
             }
         }
     });

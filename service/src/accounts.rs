@@ -47,10 +47,7 @@ pub async fn sign_up(
     client_ip: Option<IpAddr>,
 ) -> AppResult<Me> {
     request.validate()?;
-    services
-        .sign_in_limiter
-        .admit_sign_up(client_ip)
-        .map_err(|wait| AppError::RateLimited { retry_after_secs: wait.as_secs().max(1) })?;
+    services.sign_in_limiter.admit_sign_up(client_ip).await?;
     let me = create_account(services, request).await?;
     auth::start_session(session, me.id, 0).await?;
     Ok(me)
@@ -89,10 +86,7 @@ pub async fn check_credentials(
     if key.is_empty() || request.password.is_empty() {
         return Err(AppError::InvalidCredentials);
     }
-    services
-        .sign_in_limiter
-        .admit(&key, client_ip)
-        .map_err(|wait| AppError::RateLimited { retry_after_secs: wait.as_secs().max(1) })?;
+    services.sign_in_limiter.admit(&key, client_ip).await?;
     let user = users::Entity::find()
         .filter(users::Column::Email.eq(&key))
         .one(&services.db)
@@ -101,12 +95,12 @@ pub async fn check_credentials(
     let ok = services.passwords.verify(&request.password, user.as_ref().map(|u| u.password_hash.as_str())).await?;
     match user {
         Some(user) if ok => {
-            services.sign_in_limiter.record_success(&key, client_ip);
+            services.sign_in_limiter.record_success(&key, client_ip).await?;
             tracing::info!(user.id = user.id, "signed in");
             Ok((me(&user), user.session_epoch))
         }
         _ => {
-            services.sign_in_limiter.record_failure(&key, client_ip);
+            services.sign_in_limiter.record_failure(&key, client_ip).await?;
             tracing::info!("sign-in failed");
             Err(AppError::InvalidCredentials)
         }

@@ -136,11 +136,12 @@ impl Services {
             Some(url) => bus::Bus::connect(url, &bus::cluster_name(&db)).await?,
             None => bus::Bus::in_process(),
         };
+        let sign_in_limiter = rate_limit::SignInLimiter::new(db.clone(), settings.sign_in_limits);
         let services = Services {
             stripe: Arc::new(stripe),
             db,
             passwords: Arc::new(passwords),
-            sign_in_limiter: Arc::new(rate_limit::SignInLimiter::new(settings.sign_in_limits)),
+            sign_in_limiter: Arc::new(sign_in_limiter),
             settings: Arc::new(settings),
             signals: Arc::default(),
             telemetry: Arc::default(),

@@ -20,6 +20,7 @@ pub mod rental_events;
 pub mod rental_gpus;
 pub mod rentals;
 pub mod sessions;
+pub mod sign_in_throttle;
 pub mod spot_prices;
 pub mod ssh_keys;
 pub mod stripe_events;
