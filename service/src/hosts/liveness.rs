@@ -1,0 +1,192 @@
+//! Liveness: a host is online while its agent is heard from. Each agent connection that says
+//! hello takes its host over (`hosts.connection_id`), so with several replicas only the newest
+//! connection's heartbeats and disconnect count; a host silent for the grace goes offline (the
+//! leader's reaper), its rentals interrupted. A closed connection alone is not an outage.
+
+use super::record_event;
+use crate::{AppError, AppResult, Services, db::DbResultExt, entities::hosts};
+use cardpool_domain::{host::HostStatus, telemetry::AlertKind};
+use chrono::{Duration, Utc};
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, sea_query::Expr};
+
+/// Which connection a heartbeat comes through.
+#[derive(Debug, Clone, Copy)]
+enum Through<'a> {
+    /// Whichever (the host is heard from, never mind how: tests, tools).
+    Any,
+    /// A connection that has just said hello: it takes the host over.
+    Claiming(&'a str),
+    /// A connection heard from again: it counts only while it owns the host.
+    Owner(&'a str),
+}
+
+/// Records that `host` was heard from now; an offline host comes back online.
+pub async fn record_heartbeat(services: &Services, host: &hosts::Model) -> AppResult<()> {
+    heard_from(services, host.id, Through::Any).await.map(|_| ())
+}
+
+/// Agent connection `connection` of `host` has said hello: from now on it owns the host (its
+/// heartbeats and disconnect count, an older connection's no longer do), and the host is heard
+/// from. A connection of the host elsewhere that no longer owns it is told to end (`bus`).
+pub async fn connect_host(services: &Services, host: &hosts::Model, connection: &str) -> AppResult<()> {
+    heard_from(services, host.id, Through::Claiming(connection)).await?;
+    services.telemetry.alerts.forget(host.id);
+    services.bus.tell(crate::bus::Note::Kick { host_id: host.id });
+    Ok(())
+}
+
+/// A heartbeat through agent connection `connection`. `false` (and nothing recorded) when
+/// another connection has taken the host over since: this one should end. `Unauthorized` when
+/// the host has been revoked.
+pub async fn record_connection_heartbeat(
+    services: &Services,
+    host: &hosts::Model,
+    connection: &str,
+) -> AppResult<bool> {
+    if heard_from(services, host.id, Through::Owner(connection)).await? {
+        return Ok(true);
+    }
+    let revoked = hosts::Entity::find_by_id(host.id)
+        .one(&services.db)
+        .await
+        .context("loading host")?
+        .is_none_or(|h| h.revoked_at.is_some());
+    if revoked { Err(AppError::Unauthorized) } else { Ok(false) }
+}
+
+/// Whether `connection` still owns the host.
+pub async fn owns_connection(services: &Services, host_id: i64, connection: &str) -> AppResult<bool> {
+    Ok(hosts::Entity::find_by_id(host_id)
+        .one(&services.db)
+        .await
+        .context("loading host")?
+        .is_some_and(|h| h.connection_id.as_deref() == Some(connection)))
+}
+
+/// Whether some replica holds an agent connection of the host.
+pub async fn is_connected_anywhere(services: &Services, host_id: i64) -> AppResult<bool> {
+    Ok(hosts::Entity::find_by_id(host_id)
+        .one(&services.db)
+        .await
+        .context("loading host")?
+        .is_some_and(|h| h.connection_id.is_some()))
+}
+
+/// Agent connection `connection` closed: the host has no connection now, unless another one
+/// owns it already. The host stays online through the offline grace (a blip is not an outage).
+pub async fn disconnect_host(services: &Services, host_id: i64, connection: &str) -> AppResult<()> {
+    hosts::Entity::update_many()
+        .col_expr(hosts::Column::ConnectionId, Expr::value(Option::<String>::None))
+        .filter(hosts::Column::Id.eq(host_id))
+        .filter(hosts::Column::ConnectionId.eq(connection))
+        .exec(&services.db)
+        .await
+        .context("recording agent disconnect")?;
+    Ok(())
+}
+
+/// Returns `false` when the heartbeat came through a connection that does not own the host.
+async fn heard_from(services: &Services, host_id: i64, through: Through<'_>) -> AppResult<bool> {
+    let now = Utc::now();
+    let owned_by = |update: sea_orm::UpdateMany<hosts::Entity>| match through {
+        Through::Owner(connection) => update.filter(hosts::Column::ConnectionId.eq(connection)),
+        Through::Any | Through::Claiming(_) => update,
+    };
+    let txn = crate::db::begin_write(&services.db).await.context("starting heartbeat")?;
+    let mut online = hosts::Entity::update_many()
+        .col_expr(hosts::Column::Status, Expr::value(HostStatus::Online.as_str()))
+        .col_expr(hosts::Column::LastHeartbeatAt, Expr::value(now));
+    if let Through::Claiming(connection) = through {
+        online = online.col_expr(hosts::Column::ConnectionId, Expr::value(connection));
+    }
+    let came_online = owned_by(online)
+        .filter(hosts::Column::Id.eq(host_id))
+        .filter(hosts::Column::RevokedAt.is_null())
+        .filter(hosts::Column::Status.ne(HostStatus::Online.as_str()))
+        .exec(&txn)
+        .await
+        .context("marking host online")?
+        .rows_affected
+        == 1;
+    let mut stock_change = None;
+    let mut heard = true;
+    if came_online {
+        record_event(&txn, host_id, HostStatus::Online, "agent connected", now).await?;
+        crate::alerts::resolve(&txn, AlertKind::HostOffline, host_id, None).await?;
+        stock_change = Some(crate::stock::refresh_stock(&txn, host_id).await?);
+    } else {
+        let mut beat = hosts::Entity::update_many().col_expr(hosts::Column::LastHeartbeatAt, Expr::value(now));
+        if let Through::Claiming(connection) = through {
+            beat = beat.col_expr(hosts::Column::ConnectionId, Expr::value(connection));
+        }
+        heard = owned_by(beat)
+            .filter(hosts::Column::Id.eq(host_id))
+            .filter(hosts::Column::RevokedAt.is_null())
+            .exec(&txn)
+            .await
+            .context("recording heartbeat")?
+            .rows_affected
+            == 1;
+    }
+    txn.commit().await.context("committing heartbeat")?;
+    if let Some(change) = stock_change {
+        change.published(services);
+    }
+    Ok(heard || !matches!(through, Through::Owner(_)))
+}
+
+/// Marks online hosts silent for longer than `grace` offline. Returns the ids it marked.
+pub async fn mark_silent_hosts_offline(services: &Services, grace: std::time::Duration) -> AppResult<Vec<i64>> {
+    let cutoff = Utc::now() - Duration::from_std(grace).unwrap_or(Duration::seconds(20));
+    let silent: Vec<i64> = hosts::Entity::find()
+        .filter(hosts::Column::Status.eq(HostStatus::Online.as_str()))
+        .filter(hosts::Column::LastHeartbeatAt.lt(cutoff))
+        .all(&services.db)
+        .await
+        .context("finding silent hosts")?
+        .into_iter()
+        .map(|h| h.id)
+        .collect();
+    let mut marked = Vec::new();
+    for id in silent {
+        if set_offline(services, id, "missed heartbeats").await? {
+            marked.push(id);
+        }
+    }
+    Ok(marked)
+}
+
+/// Moves an online host offline, recording why. Returns whether it was online.
+async fn set_offline(services: &Services, host_id: i64, reason: &str) -> AppResult<bool> {
+    let now = Utc::now();
+    let txn = crate::db::begin_write(&services.db).await.context("starting offline transition")?;
+    let changed = hosts::Entity::update_many()
+        .col_expr(hosts::Column::Status, Expr::value(HostStatus::Offline.as_str()))
+        .filter(hosts::Column::Id.eq(host_id))
+        .filter(hosts::Column::Status.eq(HostStatus::Online.as_str()))
+        .exec(&txn)
+        .await
+        .context("marking host offline")?
+        .rows_affected
+        == 1;
+    let mut stock_change = None;
+    if changed {
+        record_event(&txn, host_id, HostStatus::Offline, reason, now).await?;
+        crate::alerts::raise(&txn, AlertKind::HostOffline, host_id, None, None, format!("host went offline: {reason}"))
+            .await?;
+        stock_change = Some(crate::stock::refresh_stock(&txn, host_id).await?);
+    }
+    txn.commit().await.context("committing offline transition")?;
+    if let Some(change) = stock_change {
+        change.published(services);
+    }
+    if changed {
+        let last_heartbeat = hosts::Entity::find_by_id(host_id)
+            .one(&services.db)
+            .await
+            .context("loading host")?
+            .and_then(|h| h.last_heartbeat_at);
+        crate::rentals::interrupt_host(services, host_id, last_heartbeat, "the host went offline").await?;
+    }
+    Ok(changed)
+}
