@@ -433,17 +433,63 @@ async fn serve_log_reads(client: async_nats::Client, services: Services, host_id
     }
 }
 
-/// Frames on the wire between replicas: a JSON message, or a binary data frame as the agent
-/// protocol has it.
+/// Channel frames on the wire between replicas: a JSON message, or a binary data frame as the
+/// agent protocol has it, after a tag byte.
+trait Wire: Sized + Send + 'static {
+    fn to_wire(self) -> Vec<u8>;
+    fn from_wire(payload: &[u8]) -> Option<Self>;
+}
+
 const JSON_FRAME: u8 = 0;
 const DATA_FRAME: u8 = 1;
 
-fn encode(json: Option<Vec<u8>>, data: Option<Vec<u8>>) -> Vec<u8> {
-    match (json, data) {
-        (Some(json), _) => [&[JSON_FRAME][..], &json].concat(),
-        (None, Some(data)) => [&[DATA_FRAME][..], &data].concat(),
-        (None, None) => Vec::new(),
+fn tagged(tag: u8, body: &[u8]) -> Vec<u8> {
+    [&[tag][..], body].concat()
+}
+
+impl Wire for ToAgent {
+    fn to_wire(self) -> Vec<u8> {
+        match self {
+            ToAgent::Message(message) => tagged(JSON_FRAME, &serde_json::to_vec(&message).unwrap_or_default()),
+            ToAgent::Data(data) => tagged(DATA_FRAME, &data),
+        }
     }
+
+    fn from_wire(payload: &[u8]) -> Option<Self> {
+        match payload.split_first()? {
+            (&JSON_FRAME, json) => serde_json::from_slice(json).ok().map(ToAgent::Message),
+            (&DATA_FRAME, data) => Some(ToAgent::Data(data.to_vec())),
+            _ => None,
+        }
+    }
+}
+
+impl Wire for FromAgent {
+    fn to_wire(self) -> Vec<u8> {
+        match self {
+            FromAgent::Message(message) => tagged(JSON_FRAME, &serde_json::to_vec(&message).unwrap_or_default()),
+            FromAgent::Data(data) => tagged(DATA_FRAME, &data),
+        }
+    }
+
+    fn from_wire(payload: &[u8]) -> Option<Self> {
+        match payload.split_first()? {
+            (&JSON_FRAME, json) => serde_json::from_slice(json).ok().map(FromAgent::Message),
+            (&DATA_FRAME, data) => Some(FromAgent::Data(data.to_vec())),
+            _ => None,
+        }
+    }
+}
+
+/// A task publishing what `frames` yields to `subject`, in order, until the sender goes.
+fn pump<T: Wire>(client: async_nats::Client, subject: String, mut frames: mpsc::UnboundedReceiver<T>) {
+    tokio::spawn(async move {
+        while let Some(frame) = frames.recv().await {
+            if client.publish(subject.clone(), frame.to_wire().into()).await.is_err() {
+                break;
+            }
+        }
+    });
 }
 
 /// Other replicas' SSH channels on `host_id`, connected here: what they send goes to the
@@ -460,28 +506,10 @@ async fn relay_channels(client: async_nats::Client, services: Services, host_id:
     let mut back_to: std::collections::HashMap<String, mpsc::UnboundedSender<FromAgent>> = Default::default();
     while let Some(message) = frames.next().await {
         let Some(origin) = message.subject.rsplit('.').next().map(str::to_owned) else { continue };
-        let frame = match message.payload.split_first() {
-            Some((&JSON_FRAME, json)) => match serde_json::from_slice(json) {
-                Ok(message) => ToAgent::Message(message),
-                Err(_) => continue,
-            },
-            Some((&DATA_FRAME, data)) => ToAgent::Data(data.to_vec()),
-            _ => continue,
-        };
+        let Some(frame) = ToAgent::from_wire(&message.payload) else { continue };
         let back = back_to.entry(origin.clone()).or_insert_with(|| {
-            let (back, mut answers) = mpsc::unbounded_channel::<FromAgent>();
-            let (client, subject) = (client.clone(), format!("{}.tunnel.down.{origin}", services.bus.prefix));
-            tokio::spawn(async move {
-                while let Some(answer) = answers.recv().await {
-                    let payload = match answer {
-                        FromAgent::Message(message) => encode(serde_json::to_vec(&message).ok(), None),
-                        FromAgent::Data(data) => encode(None, Some(data)),
-                    };
-                    if client.publish(subject.clone(), payload.into()).await.is_err() {
-                        break;
-                    }
-                }
-            });
+            let (back, answers) = mpsc::unbounded_channel::<FromAgent>();
+            pump(client.clone(), format!("{}.tunnel.down.{origin}", services.bus.prefix), answers);
             back
         });
         services.tunnels.relay(host_id, frame, back);
@@ -491,21 +519,10 @@ async fn relay_channels(client: async_nats::Client, services: Services, host_id:
 /// Where a channel on `host_id`, connected to another replica, sends what goes to the agent:
 /// published in order to the replicas serving the host (see [`serve_host`]).
 pub fn channel_outbox(services: &Services, host_id: i64) -> mpsc::UnboundedSender<ToAgent> {
-    let (outbox, mut frames) = mpsc::unbounded_channel::<ToAgent>();
+    let (outbox, frames) = mpsc::unbounded_channel::<ToAgent>();
     if let Some(nats) = &services.bus.nats {
-        let client = nats.client.clone();
         let subject = format!("{}.tunnel.up.{host_id}.{}", services.bus.prefix, services.bus.replica);
-        tokio::spawn(async move {
-            while let Some(frame) = frames.recv().await {
-                let payload = match frame {
-                    ToAgent::Message(message) => encode(serde_json::to_vec(&message).ok(), None),
-                    ToAgent::Data(data) => encode(None, Some(data)),
-                };
-                if client.publish(subject.clone(), payload.into()).await.is_err() {
-                    break;
-                }
-            }
-        });
+        pump(nats.client.clone(), subject, frames);
     }
     outbox
 }
@@ -515,15 +532,9 @@ async fn follow_channels(client: &async_nats::Client, services: &Services) -> Re
     let subject = format!("{}.tunnel.down.{}", services.bus.prefix, services.bus.replica);
     let mut answers = client.subscribe(subject).await.map_err(|e| e.to_string())?;
     while let Some(message) = answers.next().await {
-        let from = match message.payload.split_first() {
-            Some((&JSON_FRAME, json)) => match serde_json::from_slice(json) {
-                Ok(message) => FromAgent::Message(message),
-                Err(_) => continue,
-            },
-            Some((&DATA_FRAME, data)) => FromAgent::Data(data.to_vec()),
-            _ => continue,
-        };
-        services.tunnels.from_remote(from);
+        if let Some(from) = FromAgent::from_wire(&message.payload) {
+            services.tunnels.from_remote(from);
+        }
     }
     Err("the channel subscription ended".into())
 }

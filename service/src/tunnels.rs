@@ -259,16 +259,20 @@ impl TunnelHub {
         terminal: Option<Terminal>,
         env: Vec<(String, String)>,
     ) -> AppResult<Channel> {
+        let (id, open, events) = self.new_channel();
+        let credit = open.credit.clone();
+        let request = ServerMessage::OpenChannel { channel: id, rental_id, target, terminal, env };
+        outbox.send(ToAgent::Message(request)).map_err(|_| AppError::Unavailable("the bus is down".into()))?;
+        self.remote.lock().unwrap_or_else(|p| p.into_inner()).insert(id, open);
+        Ok(Channel { id, events, credit, route: Route::Remote { outbox, remote: self.remote.clone() } })
+    }
+
+    /// A new channel's id, its hub side, and its events.
+    fn new_channel(&self) -> (u64, Open, mpsc::UnboundedReceiver<ChannelEvent>) {
         let id = self.ids.fetch_add(1, Ordering::Relaxed) + 1;
         let (events_tx, events) = mpsc::unbounded_channel();
         let credit = Arc::new(Semaphore::new(CHANNEL_WINDOW as usize));
-        let open = ServerMessage::OpenChannel { channel: id, rental_id, target, terminal, env };
-        outbox.send(ToAgent::Message(open)).map_err(|_| AppError::Unavailable("the bus is down".into()))?;
-        self.remote
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, Open { events: events_tx, credit: credit.clone() });
-        Ok(Channel { id, events, credit, route: Route::Remote { outbox, remote: self.remote.clone() } })
+        (id, Open { events: events_tx, credit }, events)
     }
 
     /// Whether the host's agent is connected here.
@@ -287,18 +291,19 @@ impl TunnelHub {
         terminal: Option<Terminal>,
         env: Vec<(String, String)>,
     ) -> AppResult<Channel> {
-        let id = self.ids.fetch_add(1, Ordering::Relaxed) + 1;
-        let (events_tx, events) = mpsc::unbounded_channel();
-        let credit = Arc::new(Semaphore::new(CHANNEL_WINDOW as usize));
+        let (id, open, events) = self.new_channel();
+        let credit = open.credit.clone();
         let opened = self.links.with(host_id, |link, generation| {
             if link.channels.len() >= MAX_CHANNELS {
                 return Err(AppError::Unavailable(format!(
                     "the rental's host already carries {MAX_CHANNELS} channels"
                 )));
             }
-            let open = ServerMessage::OpenChannel { channel: id, rental_id, target, terminal, env };
-            link.outbox.send(ToAgent::Message(open)).map_err(|_| AppError::Unavailable("the host just went".into()))?;
-            link.channels.insert(id, Held::Here(Open { events: events_tx, credit: credit.clone() }));
+            let request = ServerMessage::OpenChannel { channel: id, rental_id, target, terminal, env };
+            link.outbox
+                .send(ToAgent::Message(request))
+                .map_err(|_| AppError::Unavailable("the host just went".into()))?;
+            link.channels.insert(id, Held::Here(open));
             Ok(generation)
         });
         let generation = opened.ok_or_else(|| {

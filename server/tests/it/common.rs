@@ -77,12 +77,7 @@ impl TestApp {
         settings.ssh = Some(cardpool_server::ssh::endpoint(&config, ssh_listener.local_addr().unwrap(), &key));
         let (db, services) = testing::services(backend, settings).await;
         tokio::spawn(cardpool_server::ssh::serve(services.clone(), key, ssh_listener));
-        let app =
-            http::router(services.clone(), http::leptos_options(&config), http::HttpOptions::from_config(&config));
-        let stopping = services.stopping.clone();
-        let serving = tokio::spawn(cardpool_server::serve::serve(listener, app, config.max_connections, async move {
-            stopping.wait().await
-        }));
+        let serving = serve_http(&services, &config, listener);
         TestApp {
             base,
             services,
@@ -105,12 +100,7 @@ impl TestApp {
         let settings = Settings::clone(&self.services.settings);
         let services = Services::new(conn, settings).await.expect("build the replica's services");
         let config = Config { addr, ..config };
-        let app =
-            http::router(services.clone(), http::leptos_options(&config), http::HttpOptions::from_config(&config));
-        let stopping = services.stopping.clone();
-        let serving = tokio::spawn(cardpool_server::serve::serve(listener, app, config.max_connections, async move {
-            stopping.wait().await
-        }));
+        let serving = serve_http(&services, &config, listener);
         TestApp {
             base: format!("http://{addr}"),
             services,
@@ -234,6 +224,18 @@ impl TestApp {
     pub async fn user_count(&self) -> u64 {
         users::Entity::find().count(&self.services.db).await.unwrap()
     }
+}
+
+/// The HTTP server as `serve` runs it, until `services.stopping` begins.
+fn serve_http(services: &Services, config: &Config, listener: tokio::net::TcpListener) -> tokio::task::JoinHandle<()> {
+    let app = http::router(services.clone(), http::leptos_options(config), http::HttpOptions::from_config(config));
+    let stopping = services.stopping.clone();
+    tokio::spawn(cardpool_server::serve::serve(
+        listener,
+        app,
+        config.max_connections,
+        async move { stopping.wait().await },
+    ))
 }
 
 /// Polls `check` until it yields a value, failing after `within` with `what` did not happen.
