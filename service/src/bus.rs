@@ -97,7 +97,7 @@ impl Bus {
         Bus {
             replica,
             prefix: format!("cardpool.{cluster}"),
-            stream: format!("CARDPOOL_{cluster}_TELEMETRY"),
+            stream: telemetry_stream(&cluster),
             nats,
             dropped: AtomicU64::new(0),
         }
@@ -171,6 +171,11 @@ impl Bus {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
+}
+
+/// The JetStream stream that keeps `cluster`'s recent telemetry.
+pub fn telemetry_stream(cluster: &str) -> String {
+    format!("CARDPOOL_{cluster}_TELEMETRY")
 }
 
 /// The name of the cluster a replica over `db` belongs to: its PostgreSQL database's name.
@@ -295,7 +300,7 @@ async fn follow_telemetry(client: &async_nats::Client, services: &Services) -> R
             subjects: vec![all.clone()],
             max_age: TELEMETRY_KEPT,
             max_messages: 2_000_000,
-            max_bytes: 512 * 1024 * 1024,
+            max_bytes: 256 * 1024 * 1024,
             storage: async_nats::jetstream::stream::StorageType::Memory,
             discard: async_nats::jetstream::stream::DiscardPolicy::Old,
             ..Default::default()

@@ -74,13 +74,26 @@ impl Drop for TestDb {
                             .execute_unprepared(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
                             .await
                             .ok()?;
-                        admin.close().await.ok()
+                        admin.close().await.ok()?;
+                        forget_telemetry_stream(&name).await
                     })
                 })
                 .join();
             }
         }
     }
+}
+
+/// Deletes the JetStream stream replicas over the database `name` kept (cluster tests make
+/// one per database; memory streams would otherwise pile up in the test NATS).
+async fn forget_telemetry_stream(name: &str) -> Option<()> {
+    let url = std::env::var("CARDPOOL_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
+    let connect = async_nats::ConnectOptions::new().connection_timeout(std::time::Duration::from_secs(2)).connect(url);
+    let client = tokio::time::timeout(std::time::Duration::from_secs(3), connect).await.ok()?.ok()?;
+    let jetstream = async_nats::jetstream::new(client);
+    let stream = crate::bus::telemetry_stream(name);
+    tokio::time::timeout(std::time::Duration::from_secs(3), jetstream.delete_stream(stream)).await.ok()?.ok()?;
+    Some(())
 }
 
 /// A fresh database and the services over it.
