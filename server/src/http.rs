@@ -19,6 +19,10 @@ use cardpool_service::{Services, db, session_store::DbSessionStore};
 use leptos::prelude::*;
 use leptos_axum::{AxumRouteListing, LeptosRoutes, generate_route_list};
 use std::sync::{Arc, OnceLock};
+use tower_http::{
+    request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer},
+    trace::TraceLayer,
+};
 use tower_sessions::{Expiry, SessionManagerLayer, cookie::SameSite};
 
 /// Options of the HTTP layer that come from configuration.
@@ -112,8 +116,19 @@ pub fn router(services: Services, leptos_options: LeptosOptions, options: HttpOp
         .layer(axum::middleware::from_fn(crate::limits::limit_body))
         .layer(from_fn_with_state(options.trusted_proxies.clone(), crate::limits::client_ip))
         .layer(from_fn_with_state(options, security_headers))
-        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(TraceLayer::new_for_http().make_span_with(request_span))
+        // Outermost: every request has an id (the proxy's, or a new UUID) before it is traced,
+        // and the response carries it back.
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .with_state(state)
+}
+
+/// Each request's span: method, path and request id, so every line logged while serving it
+/// (JSON logs included) says which request it belongs to.
+fn request_span(request: &axum::http::Request<axum::body::Body>) -> tracing::Span {
+    let id = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("");
+    tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id = %id)
 }
 
 /// The app's page routes, generated once per process.

@@ -13,8 +13,18 @@ struct Cli {
     /// Configuration file (TOML). Default: ./cardpool.toml if it exists.
     #[arg(long, global = true, env = "CARDPOOL_CONFIG")]
     config: Option<PathBuf>,
+    /// How logs are written: `text` for people, `json` (one object per line, with each
+    /// request's id) for log collectors.
+    #[arg(long, global = true, env = "CARDPOOL_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -103,13 +113,13 @@ async fn services_with(config: &Config, settings: cardpool_service::Settings) ->
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,sqlx=warn,sea_orm=warn".into()),
-        )
-        .init();
     let cli = Cli::parse();
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,sqlx=warn,sea_orm=warn".into());
+    match cli.log_format {
+        LogFormat::Text => tracing_subscriber::fmt().with_env_filter(filter).init(),
+        LogFormat::Json => tracing_subscriber::fmt().json().with_env_filter(filter).init(),
+    }
     match cli.command {
         Command::Serve(args) => serve(cli.config.as_deref(), args).await,
         Command::StripeLocal(args) => stripe_local(args).await,

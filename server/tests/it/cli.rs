@@ -4,9 +4,14 @@ use std::process::Command;
 
 fn cardpool() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_cardpool"));
-    for var in
-        ["CARDPOOL_STRIPE_SECRET_KEY", "CARDPOOL_STRIPE_WEBHOOK_SECRET", "CARDPOOL_STRIPE_LOCAL", "CARDPOOL_CONFIG"]
-    {
+    for var in [
+        "CARDPOOL_STRIPE_SECRET_KEY",
+        "CARDPOOL_STRIPE_WEBHOOK_SECRET",
+        "CARDPOOL_STRIPE_LOCAL",
+        "CARDPOOL_CONFIG",
+        "CARDPOOL_NATS_URL",
+        "CARDPOOL_LOG_FORMAT",
+    ] {
         command.env_remove(var);
     }
     command
@@ -35,5 +40,83 @@ fn serve_without_stripe_keys_refuses_outside_demo_mode() {
     let all = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert!(all.contains("no webhook signing secret"), "{all}");
     assert!(!all.contains("do_not_print_me"), "{all}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A cluster (`nats_url` set) needs PostgreSQL and Stripe keys: SQLite and the in-process local
+/// Stripe are refused with what to do instead. Logs are JSON lines when asked.
+#[test]
+fn a_cluster_replica_refuses_sqlite_and_the_in_process_stripe() {
+    let dir = std::env::temp_dir().join(format!("cardpool-cli-cluster-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sqlite = format!("sqlite://{}/cli.db?mode=rwc", dir.display());
+    let output = cardpool()
+        .current_dir(&dir)
+        .env("CARDPOOL_NATS_URL", "nats://127.0.0.1:4222")
+        .args(["--log-format", "json", "serve", "--demo", "--addr", "127.0.0.1:0", "--database-url", &sqlite])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("replicas need one PostgreSQL"), "{stderr}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let first: serde_json::Value =
+        serde_json::from_str(stdout.lines().next().unwrap_or_default()).expect("a JSON log line");
+    assert_eq!(first["fields"]["message"], "starting", "{stdout}");
+
+    let postgres = "postgres://postgres@127.0.0.1:5432/cardpool_cli_never_created";
+    let output = cardpool()
+        .current_dir(&dir)
+        .env("CARDPOOL_NATS_URL", "nats://127.0.0.1:4222")
+        .args(["serve", "--demo", "--addr", "127.0.0.1:0", "--database-url", postgres])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("cannot use the in-process local Stripe") && stderr.contains("stripe-local"), "{stderr}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `cardpool stripe-local` runs the test-mode Stripe on its own and writes the settings the
+/// replicas need; it answers as Stripe does.
+#[test]
+fn stripe_local_runs_on_its_own_and_says_how_to_reach_it() {
+    let dir = std::env::temp_dir().join(format!("cardpool-cli-stripe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let env_file = dir.join("stripe.env");
+    let mut child = cardpool()
+        .args(["stripe-local", "--addr", "127.0.0.1:0", "--cardpool-url", "http://127.0.0.1:9"])
+        .arg("--env-file")
+        .arg(&env_file)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !env_file.exists() || std::fs::read_to_string(&env_file).unwrap_or_default().lines().count() < 3 {
+        assert!(std::time::Instant::now() < deadline, "no settings written");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let settings = std::fs::read_to_string(&env_file).unwrap();
+    let value =
+        |key: &str| settings.lines().find_map(|l| l.strip_prefix(&format!("{key}="))).unwrap_or_default().to_owned();
+    assert!(value("CARDPOOL_STRIPE_SECRET_KEY").starts_with("sk_test_"), "{settings}");
+    assert!(value("CARDPOOL_STRIPE_WEBHOOK_SECRET").starts_with("whsec_"), "{settings}");
+    let base = value("CARDPOOL_STRIPE_API_BASE");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&env_file).unwrap().permissions().mode() & 0o777,
+        0o600,
+        "secrets are not world-readable"
+    );
+    // Stripe's API wants the key: without it, 401 as from Stripe.
+    let addr = base.trim_start_matches("http://").trim_end_matches('/').to_owned();
+    let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+    use std::io::{Read, Write};
+    write!(stream, "GET /v1/accounts/acct_x HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    child.kill().unwrap();
+    child.wait().unwrap();
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -327,6 +327,15 @@ async fn pages_health_and_headers(backend: Backend) {
     assert_eq!(probe("/livez").await, (StatusCode::OK, "ok".to_owned()));
     assert_eq!(probe("/readyz").await, (StatusCode::OK, "ready".to_owned()));
 
+    // Every response names its request: a new UUID, or the id a proxy in front gave it.
+    let named = client.get(app.url("/livez")).send().await.unwrap();
+    let id = named.headers()["x-request-id"].to_str().unwrap().to_owned();
+    assert_eq!(id.len(), 36, "a UUID: {id}");
+    let again = client.get(app.url("/livez")).send().await.unwrap();
+    assert_ne!(again.headers()["x-request-id"].to_str().unwrap(), id, "one id per request");
+    let proxied = client.get(app.url("/livez")).header("x-request-id", "lb-7f3a").send().await.unwrap();
+    assert_eq!(proxied.headers()["x-request-id"], "lb-7f3a");
+
     let home = client.get(app.url("/")).send().await.unwrap();
     assert_eq!(home.status(), StatusCode::OK);
     let csp = home.headers()[header::CONTENT_SECURITY_POLICY].to_str().unwrap().to_owned();
