@@ -221,7 +221,7 @@ pub async fn scrape(
         }
     }
     let hub = &services.telemetry;
-    let counters: [(&str, &str, &str, f64); 7] = [
+    let counters: [(&str, &str, &str, f64); 8] = [
         (
             "cardpool_http_requests_total",
             "counter",
@@ -233,6 +233,12 @@ pub async fn scrape(
             "gauge",
             "Agents connected to this server.",
             metrics.agents_connected.load(Ordering::Relaxed) as f64,
+        ),
+        (
+            "cardpool_bus_dropped_total",
+            "counter",
+            "Notes and frames this replica could not hand to NATS (its outbox was full).",
+            services.bus.dropped.load(Ordering::Relaxed) as f64,
         ),
         (
             "cardpool_telemetry_frames_total",

@@ -219,48 +219,44 @@ pub fn listen(services: &Services) {
     let Some(nats) = &services.bus.nats else {
         return;
     };
-    let client = nats.client.clone();
-    let notes = services.clone();
+    resubscribing("bus notes", services, nats, |c, s| async move { follow_notes(&c, &s).await });
+    resubscribing("remote SSH channels", services, nats, |c, s| async move { follow_channels(&c, &s).await });
+    resubscribing("shared telemetry", services, nats, |c, s| async move { follow_telemetry(&c, &s).await });
+}
+
+/// Runs `follow` for as long as the process runs, starting it again a second after it ends
+/// (NATS restarted, a subscription dropped).
+fn resubscribing<F, Following>(what: &'static str, services: &Services, nats: &Nats, follow: F)
+where
+    F: Fn(async_nats::Client, Services) -> Following + Send + 'static,
+    Following: Future<Output = Result<(), String>> + Send,
+{
+    let (client, services) = (nats.client.clone(), services.clone());
     tokio::spawn(async move {
         loop {
-            match client.subscribe(format!("{}.notes.*", notes.bus.prefix)).await {
-                Ok(mut subscription) => {
-                    while let Some(message) = subscription.next().await {
-                        let Some(sender) = message.subject.rsplit('.').next() else { continue };
-                        if sender == notes.bus.replica {
-                            continue;
-                        }
-                        match serde_json::from_slice::<Note>(&message.payload) {
-                            Ok(note) => act_on(&notes, note).await,
-                            Err(err) => tracing::debug!(error = %err, "unreadable bus note ignored"),
-                        }
-                    }
-                }
-                Err(err) => tracing::warn!(error = %err, "cannot subscribe to bus notes; retrying"),
+            if let Err(err) = follow(client.clone(), services.clone()).await {
+                tracing::warn!(error = %err, "{what} interrupted; resubscribing");
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     });
-    let client = nats.client.clone();
-    let channels = services.clone();
-    tokio::spawn(async move {
-        loop {
-            if let Err(err) = follow_channels(&client, &channels).await {
-                tracing::warn!(error = %err, "remote SSH channels interrupted; resubscribing");
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
+}
+
+/// The other replicas' notes, acted on here.
+async fn follow_notes(client: &async_nats::Client, services: &Services) -> Result<(), String> {
+    let subject = format!("{}.notes.*", services.bus.prefix);
+    let mut notes = client.subscribe(subject).await.map_err(|e| e.to_string())?;
+    while let Some(message) = notes.next().await {
+        let Some(sender) = message.subject.rsplit('.').next() else { continue };
+        if sender == services.bus.replica {
+            continue;
         }
-    });
-    let client = nats.client.clone();
-    let frames = services.clone();
-    tokio::spawn(async move {
-        loop {
-            if let Err(err) = follow_telemetry(&client, &frames).await {
-                tracing::warn!(error = %err, "shared telemetry interrupted; resubscribing");
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
+        match serde_json::from_slice::<Note>(&message.payload) {
+            Ok(note) => act_on(services, note).await,
+            Err(err) => tracing::debug!(error = %err, "unreadable bus note ignored"),
         }
-    });
+    }
+    Err("the notes subscription ended".into())
 }
 
 /// What a note from another replica asks of this one.

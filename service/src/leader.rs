@@ -76,8 +76,7 @@ where
     if db.get_database_backend() != DbBackend::Postgres {
         return work.await;
     }
-    let options = db.get_postgres_connection_pool().connect_options();
-    let mut conn = PgConnection::connect_with(&options).await.map_err(|e| DbErr::Custom(e.to_string()))?;
+    let mut conn = open(db).await.map_err(|e| DbErr::Custom(format!("opening a lock connection: {e}")))?;
     sqlx::query("SELECT pg_advisory_lock($1, $2)")
         .bind(LOCK_CLASS)
         .bind(START_UP)
@@ -90,9 +89,9 @@ where
     result
 }
 
-async fn open(db: &DatabaseConnection) -> AppResult<PgConnection> {
-    let options = db.get_postgres_connection_pool().connect_options();
-    PgConnection::connect_with(&options).await.map_err(|err| internal("opening a lock connection", err))
+/// A connection of its own (not the pool's: a session lock must stay on one connection).
+async fn open(db: &DatabaseConnection) -> Result<PgConnection, sqlx::Error> {
+    PgConnection::connect_with(&db.get_postgres_connection_pool().connect_options()).await
 }
 
 /// Whether `conn` now holds lock `key` (`false`: another session does).
