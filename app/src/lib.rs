@@ -17,7 +17,7 @@ use components::{
     layout::{Footer, Header},
 };
 use leptos::prelude::*;
-use leptos_meta::{Link, Meta, MetaTags, Title, provide_meta_context};
+use leptos_meta::{MetaTags, Title, provide_meta_context};
 use leptos_router::{
     Lazy,
     components::{Route, Router, Routes},
@@ -35,6 +35,10 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
             <head>
                 <meta charset="utf-8" />
                 <meta name="viewport" content="width=device-width, initial-scale=1" />
+                // Static, so written here (server-side only) rather than through leptos_meta in
+                // `App`, which would carry their components into the browser bundle.
+                <meta name="description" content="Cardpool: rent GPUs by the second, or earn from your own." />
+                <link rel="icon" type="image/svg+xml" href="/favicon.svg" />
                 <BundleTags options />
                 <MetaTags />
             </head>
@@ -45,14 +49,12 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
     }
 }
 
-/// The root component: head tags, the current account, routes.
+/// The root component: the title, the current account, routes.
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
     components::session::provide_current_user();
     view! {
-        <Link rel="icon" type_="image/svg+xml" href="/favicon.svg" />
-        <Meta name="description" content="Cardpool: rent GPUs by the second, or earn from your own." />
         <Title formatter=|text: String| if text.is_empty() { "Cardpool".to_owned() } else { format!("{text} · Cardpool") } />
         <Router>
             <div class="flex min-h-full flex-col">

@@ -4,10 +4,10 @@
 //! the browser unchanged. Every variant is safe to show to a client: internal details are logged
 //! where they happen and only [`AppError::Internal`] (with no payload) travels further.
 
+use crate::wire::JsonText;
 use serde::{Deserialize, Serialize};
 use server_fn::{
     ServerFnError,
-    codec::JsonEncoding,
     error::{FromServerFnError, ServerFnErrorErr},
 };
 use std::collections::BTreeMap;
@@ -16,8 +16,12 @@ use std::collections::BTreeMap;
 pub type FieldErrors = BTreeMap<String, String>;
 
 /// Everything that can go wrong in a request, as a client may see it.
+///
+/// On the wire (server functions, and the results a page is hydrated with) it is one flat
+/// object, [`Wire`]: `{"error": code, "detail": text, "fields": {..}, "retry_after_secs": n}`,
+/// each part present only where the variant has it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
-#[serde(tag = "error", content = "detail", rename_all = "snake_case")]
+#[serde(from = "Wire", into = "Wire")]
 pub enum AppError {
     /// Input was rejected; `fields` says which field and why.
     #[error("{message}")]
@@ -125,9 +129,65 @@ impl AppError {
     }
 }
 
+/// How [`AppError`] travels: a flat struct, not serde's adjacently tagged enum. The browser
+/// bundle decodes errors on every page, and a flat struct's decoder is a fraction of the size
+/// of a tagged enum's (which buffers content that may come before its tag).
+#[derive(Serialize, Deserialize)]
+struct Wire {
+    error: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    detail: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    fields: FieldErrors,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    retry_after_secs: Option<u64>,
+}
+
+impl From<AppError> for Wire {
+    fn from(err: AppError) -> Self {
+        let error = err.code().to_owned();
+        let (detail, fields, retry_after_secs) = match err {
+            AppError::Validation { message, fields } => (Some(message), fields, None),
+            AppError::Forbidden(text)
+            | AppError::NotFound(text)
+            | AppError::Conflict(text)
+            | AppError::PaymentRequired(text)
+            | AppError::Unavailable(text)
+            | AppError::TooLarge(text) => (Some(text), FieldErrors::new(), None),
+            AppError::RateLimited { retry_after_secs } => (None, FieldErrors::new(), Some(retry_after_secs)),
+            AppError::Unauthorized | AppError::InvalidCredentials | AppError::TimedOut | AppError::Internal => {
+                (None, FieldErrors::new(), None)
+            }
+        };
+        Wire { error, detail, fields, retry_after_secs }
+    }
+}
+
+/// A code this build does not know (or a part its variant needs missing) reads as
+/// [`AppError::Internal`]: an error is still shown, never a decoding failure.
+impl From<Wire> for AppError {
+    fn from(wire: Wire) -> Self {
+        let Wire { error, detail, fields, retry_after_secs } = wire;
+        match (error.as_str(), detail, retry_after_secs) {
+            ("validation", Some(message), _) => AppError::Validation { message, fields },
+            ("unauthorized", ..) => AppError::Unauthorized,
+            ("invalid_credentials", ..) => AppError::InvalidCredentials,
+            ("forbidden", Some(text), _) => AppError::Forbidden(text),
+            ("not_found", Some(text), _) => AppError::NotFound(text),
+            ("conflict", Some(text), _) => AppError::Conflict(text),
+            ("payment_required", Some(text), _) => AppError::PaymentRequired(text),
+            ("rate_limited", _, Some(retry_after_secs)) => AppError::RateLimited { retry_after_secs },
+            ("unavailable", Some(text), _) => AppError::Unavailable(text),
+            ("too_large", Some(text), _) => AppError::TooLarge(text),
+            ("timed_out", ..) => AppError::TimedOut,
+            _ => AppError::Internal,
+        }
+    }
+}
+
 /// Lets server functions return `Result<T, AppError>` directly.
 impl FromServerFnError for AppError {
-    type Encoder = JsonEncoding;
+    type Encoder = JsonText;
 
     fn from_server_fn_error(value: ServerFnErrorErr) -> Self {
         match value {
@@ -196,6 +256,15 @@ mod tests {
         for err in all {
             let json = serde_json::to_string(&err).unwrap_or_else(|e| panic!("{err:?} does not serialize: {e}"));
             assert_eq!(serde_json::from_str::<AppError>(&json).unwrap(), err, "{json}");
+            assert!(json.starts_with(&format!("{{\"error\":\"{}\"", err.code())), "{json}");
+        }
+    }
+
+    /// A code from a newer build, or a variant missing its text, is still an error to show.
+    #[test]
+    fn unknown_or_incomplete_errors_read_as_internal() {
+        for json in [r#"{"error":"teapot","detail":"short and stout"}"#, r#"{"error":"not_found"}"#] {
+            assert_eq!(serde_json::from_str::<AppError>(json).unwrap(), AppError::Internal, "{json}");
         }
     }
 }

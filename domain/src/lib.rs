@@ -13,5 +13,6 @@ pub mod offers;
 pub mod payments;
 pub mod rentals;
 pub mod telemetry;
+pub mod wire;
 
 pub use error::{AppError, FieldErrors};

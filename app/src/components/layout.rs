@@ -3,10 +3,10 @@
 
 use super::{
     kit::{Badge, Tone},
-    session::{reload_to, use_current_user},
+    session::use_current_user,
 };
 use crate::server_fns::accounts::SignOut;
-use leptos::prelude::*;
+use leptos::{prelude::*, server_fn::ServerFn};
 use leptos_router::components::A;
 
 #[component]
@@ -48,12 +48,6 @@ fn VisitorNav() -> impl IntoView {
 
 #[component]
 fn SignedInNav(email: String, provider: bool, admin: bool) -> impl IntoView {
-    let sign_out = ServerAction::<SignOut>::new();
-    Effect::new(move || {
-        if let Some(Ok(())) = sign_out.value().get() {
-            reload_to("/");
-        }
-    });
     view! {
         <div class="flex flex-wrap items-center gap-1 sm:gap-2">
             <A href="/offers" attr:class="nav-link">"Find GPUs"</A>
@@ -70,9 +64,11 @@ fn SignedInNav(email: String, provider: bool, admin: bool) -> impl IntoView {
                 {provider.then(|| view! { <Badge tone=Tone::Good>"provider"</Badge> })}
                 {admin.then(|| view! { <Badge tone=Tone::Warn>"admin"</Badge> })}
             </span>
-            <ActionForm action=sign_out>
+            // A plain form: the browser posts it and follows the answer's redirect to `/`, where
+            // every part of the page reads the ended session afresh.
+            <form method="post" action=SignOut::PATH>
                 <button type="submit" class="btn-secondary">"Sign out"</button>
-            </ActionForm>
+            </form>
         </div>
     }
 }

@@ -6,6 +6,7 @@ pub mod kit;
 pub mod layout;
 pub mod logs;
 pub mod money;
+pub mod numbers;
 pub mod session;
 pub mod ssh;
 pub mod telemetry;

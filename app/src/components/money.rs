@@ -1,5 +1,6 @@
 //! Showing money: signed dollar amounts, headline figures, and a balance-over-time chart.
 
+use super::numbers::fixed;
 use cardpool_domain::{money::format_dollars, payments::LedgerEntry};
 use leptos::prelude::*;
 
@@ -71,14 +72,20 @@ pub fn StepChart(
     for (i, p) in points.iter().enumerate() {
         let (x, y) = point(p);
         if i == 0 {
-            path.push_str(&format!("M{x:.1},{y:.1}"));
+            path.push_str(&format!("M{},{}", fixed(x, 1), fixed(y, 1)));
         } else {
-            path.push_str(&format!(" L{x:.1},{last_y:.1} L{x:.1},{y:.1}"));
+            path.push_str(&format!(
+                " L{x},{last_y} L{x},{y}",
+                x = fixed(x, 1),
+                last_y = fixed(last_y, 1),
+                y = fixed(y, 1)
+            ));
         }
         last_y = y;
     }
-    let area = format!("{path} L{W:.1},{last_y:.1} L{W:.1},{H:.1} L0,{H:.1} Z");
-    let line = format!("{path} L{W:.1},{last_y:.1}");
+    let (w, h, last_y) = (fixed(W, 1), fixed(H, 1), fixed(last_y, 1));
+    let area = format!("{path} L{w},{last_y} L{w},{h} L0,{h} Z");
+    let line = format!("{path} L{w},{last_y}");
     let first = points.first().map_or(0, |p| p.1);
     let now = points.last().map_or(0, |p| p.1);
     let aria = format!("{label}: from {} to {} over {} points", dollars(first), dollars(now), points.len());

@@ -2,12 +2,12 @@
 //! and every page agree on who is signed in.
 
 use crate::server_fns::accounts::get_me;
-use cardpool_domain::{AppError, account::Me};
+use cardpool_domain::{AppError, account::Viewer};
 use leptos::prelude::*;
 
 /// `Ok(None)` for a visitor.
 #[derive(Clone, Copy)]
-pub struct CurrentUser(pub Resource<Result<Option<Me>, AppError>>);
+pub struct CurrentUser(pub Resource<Result<Option<Viewer>, AppError>>);
 
 /// Blocking: the response waits for it (one quick read) so the account and its serialised value
 /// are in the first chunk. Read by the header and by the page, a streamed one could resolve in
@@ -37,7 +37,7 @@ pub fn reload_to(path: &str) {
 #[component]
 pub fn RequireSignIn<F, IV>(children: F) -> impl IntoView
 where
-    F: Fn(Me) -> IV + Send + Sync + 'static,
+    F: Fn(Viewer) -> IV + Send + Sync + 'static,
     IV: IntoView + 'static,
 {
     let user = use_current_user();

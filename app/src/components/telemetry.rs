@@ -4,6 +4,7 @@
 //! A page renders the history it loaded with the server (so charts show on first paint), then
 //! [`use_live_samples`] appends what the feed sends, keeping the last hour.
 
+use super::numbers::fixed;
 use cardpool_domain::telemetry::{GpuReading, HostSample, TelemetryScope, TelemetryView, watt_hours};
 use leptos::prelude::*;
 use std::collections::BTreeMap;
@@ -100,10 +101,10 @@ impl Metric {
 
     fn format(self, v: f64) -> String {
         match self {
-            Metric::Utilization => format!("{v:.0} %"),
-            Metric::Memory => format!("{v:.1} GiB"),
-            Metric::Temperature => format!("{v:.0} °C"),
-            Metric::Power => format!("{v:.0} W"),
+            Metric::Utilization => format!("{} %", fixed(v, 0)),
+            Metric::Memory => format!("{} GiB", fixed(v, 1)),
+            Metric::Temperature => format!("{} °C", fixed(v, 0)),
+            Metric::Power => format!("{} W", fixed(v, 0)),
         }
     }
 
@@ -137,7 +138,7 @@ pub fn line_path(points: &[(i64, f64)], max: f64, w: f64, h: f64) -> String {
         .map(|(i, (t, v))| {
             let x = (t - first.0) as f64 / span * w;
             let y = h - (v / max).clamp(0.0, 1.0) * (h - 4.0) - 2.0;
-            format!("{}{x:.1},{y:.1}", if i == 0 { "M" } else { " L" })
+            format!("{}{},{}", if i == 0 { "M" } else { " L" }, fixed(x, 1), fixed(y, 1))
         })
         .collect()
 }
@@ -215,7 +216,7 @@ pub fn GpuCharts(view: TelemetryView) -> impl IntoView {
                 <h2 id="gpu-telemetry" class="text-lg font-semibold text-slate-900">"GPU telemetry"</h2>
                 <div class="flex items-center gap-3">
                     {(matches!(view.scope, TelemetryScope::Rental(_))).then(|| view! {
-                        <span class="text-sm text-slate-600" data-testid="rental-energy">{move || format!("Energy so far: {:.1} Wh", watt_hours(energy_mj.get()))}</span>
+                        <span class="text-sm text-slate-600" data-testid="rental-energy">{move || format!("Energy so far: {} Wh", fixed(watt_hours(energy_mj.get()), 1))}</span>
                     })}
                     <LiveBadge connected />
                 </div>
@@ -243,7 +244,7 @@ pub fn GpuCharts(view: TelemetryView) -> impl IntoView {
                 />
             </Show>
             {(!energy.is_empty()).then(|| view! {
-                <p class="text-xs text-slate-500">{energy.iter().map(|e| format!("GPU {}: {:.1} Wh", e.gpu_index, watt_hours(e.energy_mj))).collect::<Vec<_>>().join(" · ")}</p>
+                <p class="text-xs text-slate-500">{energy.iter().map(|e| format!("GPU {}: {} Wh", e.gpu_index, fixed(watt_hours(e.energy_mj), 1))).collect::<Vec<_>>().join(" · ")}</p>
             })}
         </section>
     }

@@ -8,7 +8,7 @@ use crate::{
     },
     server_fns::accounts::{ChangePassword, EnableProvider},
 };
-use cardpool_domain::account::{MIN_PASSWORD_LEN, Me};
+use cardpool_domain::account::{MIN_PASSWORD_LEN, Viewer};
 use leptos::prelude::*;
 use leptos_meta::Title;
 
@@ -16,12 +16,12 @@ use leptos_meta::Title;
 pub fn AccountPage() -> impl IntoView {
     view! {
         <Title text="Account" />
-        <RequireSignIn children=|me: Me| view! { <Account me /> } />
+        <RequireSignIn children=|me: Viewer| view! { <Account me /> } />
     }
 }
 
 #[component]
-fn Account(me: Me) -> impl IntoView {
+fn Account(me: Viewer) -> impl IntoView {
     let enable_provider = ServerAction::<EnableProvider>::new();
     Effect::new(move || {
         if let Some(Ok(_)) = enable_provider.value().get() {
@@ -50,7 +50,7 @@ fn Account(me: Me) -> impl IntoView {
                     </div>
                     <div>
                         <dt class="text-slate-500">"Member since"</dt>
-                        <dd class="text-slate-900">{me.created_at.format("%e %B %Y").to_string()}</dd>
+                        <dd class="text-slate-900">{me.created_at().format("%e %B %Y").to_string()}</dd>
                     </div>
                 </dl>
             </section>

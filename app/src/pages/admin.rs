@@ -13,13 +13,13 @@ use crate::{
         payments::{AdminCredit, list_admin_credits},
     },
 };
-use cardpool_domain::account::{Me, UserSummary};
+use cardpool_domain::account::{UserSummary, Viewer};
 use leptos::prelude::*;
 use leptos_meta::Title;
 
 /// Shows `page` to admins and a refusal to everyone else. `page` is only built for admins, so
 /// nobody else's browser asks for its data.
-pub(crate) fn admins_only<V: IntoView + 'static>(me: Me, page: impl FnOnce() -> V) -> AnyView {
+pub(crate) fn admins_only<V: IntoView + 'static>(me: Viewer, page: impl FnOnce() -> V) -> AnyView {
     if me.roles.admin {
         view! { <AdminTabs />{page()} }.into_any()
     } else {
@@ -48,7 +48,7 @@ fn AdminTabs() -> impl IntoView {
 pub fn AdminUsersPage() -> impl IntoView {
     view! {
         <Title text="Users · Admin" />
-        <RequireSignIn children=|me: Me| admins_only(me, || view! { <AdminUsers /> }) />
+        <RequireSignIn children=|me: Viewer| admins_only(me, || view! { <AdminUsers /> }) />
     }
 }
 
@@ -56,7 +56,7 @@ pub fn AdminUsersPage() -> impl IntoView {
 pub fn AdminCreditsPage() -> impl IntoView {
     view! {
         <Title text="Credits · Admin" />
-        <RequireSignIn children=|me: Me| admins_only(me, || view! { <AdminCredits /> }) />
+        <RequireSignIn children=|me: Viewer| admins_only(me, || view! { <AdminCredits /> }) />
     }
 }
 

@@ -8,7 +8,7 @@ use crate::{
     },
     server_fns::api_tokens::{CreateApiToken, RevokeApiToken, list_api_tokens},
 };
-use cardpool_domain::account::{ApiToken, Me};
+use cardpool_domain::account::{ApiToken, Viewer};
 use leptos::prelude::*;
 use leptos_meta::Title;
 
@@ -16,7 +16,7 @@ use leptos_meta::Title;
 pub fn ApiTokensPage() -> impl IntoView {
     view! {
         <Title text="API tokens" />
-        <RequireSignIn children=|_me: Me| view! { <ApiTokens /> } />
+        <RequireSignIn children=|_me: Viewer| view! { <ApiTokens /> } />
     }
 }
 

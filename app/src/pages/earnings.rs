@@ -6,6 +6,7 @@ use crate::{
         form::{Field, FormAlert, SubmitButton, field_error, form_error},
         kit::{Await, AwaitList, Col, DataTable},
         money::{LedgerHistory, Stat, dollars},
+        numbers::fixed,
         session::{RequireSignIn, reload_to},
     },
     server_fns::{
@@ -14,7 +15,7 @@ use crate::{
     },
 };
 use cardpool_domain::{
-    account::Me,
+    account::Viewer,
     payments::{ConnectState, Earnings, PayoutStatus},
     telemetry::{DeliveredEnergy, watt_hours},
 };
@@ -25,7 +26,7 @@ use leptos_meta::Title;
 pub fn EarningsPage() -> impl IntoView {
     view! {
         <Title text="Earnings" />
-        <RequireSignIn children=|me: Me| {
+        <RequireSignIn children=|me: Viewer| {
             if me.roles.provider {
                 view! { <EarningsView /> }.into_any()
             } else {
@@ -77,13 +78,13 @@ fn EarningsView() -> impl IntoView {
 fn EnergyTable(rows: Vec<DeliveredEnergy>) -> impl IntoView {
     let total: i64 = rows.iter().map(|r| r.energy_mj).sum();
     view! {
-        <p class="mt-3 text-sm text-slate-700" data-testid="energy-total">{format!("{:.2} kWh over the last {} rentals", watt_hours(total) / 1000.0, rows.len())}</p>
+        <p class="mt-3 text-sm text-slate-700" data-testid="energy-total">{format!("{} kWh over the last {} rentals", fixed(watt_hours(total) / 1000.0, 2), rows.len())}</p>
         <DataTable columns=vec![Col::new("Rental"), Col::new("Host"), Col::new("Energy").right()] class="mt-3">
             {rows.into_iter().map(|r| view! {
                 <tr>
                     <td class="py-2 pr-4 tabular-nums">{format!("#{}", r.rental_id)}</td>
                     <td class="py-2 pr-4">{r.hostname}</td>
-                    <td class="py-2 text-right tabular-nums">{format!("{:.1} Wh", watt_hours(r.energy_mj))}</td>
+                    <td class="py-2 text-right tabular-nums">{format!("{} Wh", fixed(watt_hours(r.energy_mj), 1))}</td>
                 </tr>
             }).collect_view()}
         </DataTable>

@@ -6,6 +6,7 @@ use crate::{
     components::{
         kit::{Await, AwaitList, in_browser},
         money::dollars,
+        numbers::fixed,
         session::RequireSignIn,
         telemetry::{LiveBadge, fleet_utilisation, heat_class, latest_readings, line_path, use_live_samples},
     },
@@ -13,7 +14,7 @@ use crate::{
     server_fns::telemetry::{AcknowledgeAlert, list_alerts, load_fleet, load_my_hosts, load_telemetry},
 };
 use cardpool_domain::{
-    account::Me,
+    account::Viewer,
     telemetry::{Alert, FleetOverview, GpuReading, HostSample, TelemetryScope, TelemetryView},
 };
 use leptos::prelude::*;
@@ -37,7 +38,7 @@ fn ticker() -> RwSignal<u32> {
 pub fn AdminFleetPage() -> impl IntoView {
     view! {
         <Title text="Fleet · Admin" />
-        <RequireSignIn children=|me: Me| admins_only(me, || view! { <Fleet /> }) />
+        <RequireSignIn children=|me: Viewer| admins_only(me, || view! { <Fleet /> }) />
     }
 }
 
@@ -73,7 +74,7 @@ fn Totals(overview: FleetOverview) -> impl IntoView {
     };
     let cards = [
         ("GPUs online", format!("{} / {}", overview.gpus_online, overview.gpus_total), "fleet-online"),
-        ("Occupancy", format!("{occupancy:.0} %"), "fleet-occupancy"),
+        ("Occupancy", format!("{} %", fixed(occupancy, 0)), "fleet-occupancy"),
         ("Revenue rate", format!("{}/h", dollars(overview.revenue_per_hour_micros)), "fleet-revenue"),
         ("Open alerts", overview.open_alerts.to_string(), "fleet-alerts"),
     ];
@@ -122,7 +123,8 @@ fn LiveFleet(
 fn UtilChart(points: Memo<Vec<(i64, f64)>>) -> impl IntoView {
     const W: f64 = 600.0;
     const H: f64 = 120.0;
-    let now = move || points.with(|p| p.last().map(|(_, v)| format!("{v:.0} %")).unwrap_or_else(|| "—".into()));
+    let now =
+        move || points.with(|p| p.last().map(|(_, v)| format!("{} %", fixed(*v, 0))).unwrap_or_else(|| "—".into()));
     view! {
         <figure class="mt-3" data-testid="fleet-chart">
             <svg viewBox=format!("0 0 {W} {H}") preserveAspectRatio="none" class="h-32 w-full rounded-lg bg-slate-50" role="img"
@@ -185,8 +187,8 @@ pub fn HeatMap(overview: FleetOverview, latest: Memo<BTreeMap<(i64, u32), GpuRea
                                     format!(
                                         "GPU {}: {}{}{}",
                                         gpu.index,
-                                        r.as_ref().and_then(|r| r.util_pct).map(|u| format!("{u:.0} % busy")).unwrap_or_else(|| "no data".into()),
-                                        r.as_ref().and_then(|r| r.temperature_c).map(|t| format!(", {t:.0} °C")).unwrap_or_default(),
+                                        r.as_ref().and_then(|r| r.util_pct).map(|u| format!("{} % busy", fixed(u, 0))).unwrap_or_else(|| "no data".into()),
+                                        r.as_ref().and_then(|r| r.temperature_c).map(|t| format!(", {} °C", fixed(t, 0))).unwrap_or_default(),
                                         if gpu.rented { ", rented" } else { ", free" },
                                     )
                                 };
@@ -194,8 +196,8 @@ pub fn HeatMap(overview: FleetOverview, latest: Memo<BTreeMap<(i64, u32), GpuRea
                                     <span class=move || format!("flex h-14 w-14 flex-col items-center justify-center rounded-md text-[10px] font-medium leading-tight tabular-nums {}{rented}", heat_class(util()))
                                         title=title aria-label=title data-testid=format!("heat-{host_id}-{}", gpu.index)>
                                         <span>{format!("#{}", gpu.index)}</span>
-                                        <span>{move || util().map(|u| format!("{u:.0}%")).unwrap_or_else(|| "–".into())}</span>
-                                        <span>{move || reading.get().and_then(|r| r.temperature_c).map(|t| format!("{t:.0}°C")).unwrap_or_default()}</span>
+                                        <span>{move || util().map(|u| format!("{}%", fixed(u, 0))).unwrap_or_else(|| "–".into())}</span>
+                                        <span>{move || reading.get().and_then(|r| r.temperature_c).map(|t| format!("{}°C", fixed(t, 0))).unwrap_or_default()}</span>
                                     </span>
                                 }
                             }).collect_view()}

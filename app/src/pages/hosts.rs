@@ -10,7 +10,7 @@ use crate::{
     server_fns::hosts::{CreateEnrollmentToken, RevokeHost, SetHostListed, UpdateHostPricing, get_host, list_hosts},
 };
 use cardpool_domain::{
-    account::Me,
+    account::Viewer,
     host::{GpuModelPrice, HostDetail, HostStatus, HostSummary},
     money::format_dollars,
 };
@@ -64,7 +64,7 @@ fn NotAProvider() -> impl IntoView {
 pub fn HostsPage() -> impl IntoView {
     view! {
         <Title text="Hosts" />
-        <RequireSignIn children=|me: Me| {
+        <RequireSignIn children=|me: Viewer| {
             if me.roles.provider || me.roles.admin { view! { <Hosts /> }.into_any() } else { view! { <NotAProvider /> }.into_any() }
         } />
     }
@@ -137,7 +137,7 @@ fn HostTable(hosts: Vec<HostSummary>) -> impl IntoView {
 pub fn HostPage() -> impl IntoView {
     view! {
         <Title text="Host" />
-        <RequireSignIn children=|_me: Me| view! { <Host /> } />
+        <RequireSignIn children=|_me: Viewer| view! { <Host /> } />
     }
 }
 

@@ -189,7 +189,7 @@ fn OfferCard(offer: Offer, kind: RentalKind) -> impl IntoView {
             <p class="mt-4 flex flex-wrap gap-2 text-xs">
                 <Badge tone=Tone::Info>{if offer.interconnect == "nvlink" { "NVLink" } else { "PCIe" }}</Badge>
                 <Badge tone=Tone::Neutral>{format!("CUDA {} · driver {}", offer.cuda_version, offer.driver_version)}</Badge>
-                <Badge tone=Tone::Neutral>{format!("{:.1}% uptime (7 d)", f64::from(offer.uptime_permille) / 10.0)}</Badge>
+                <Badge tone=Tone::Neutral>{format!("{}.{}% uptime (7 d)", offer.uptime_permille / 10, offer.uptime_permille % 10)}</Badge>
             </p>
             {(!per_gpu.is_empty()).then(|| view! { <p class="mt-2 text-xs text-slate-500">{format!("Per GPU: {per_gpu}")}</p> })}
             <a

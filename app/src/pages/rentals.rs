@@ -20,7 +20,7 @@ use crate::{
     },
 };
 use cardpool_domain::{
-    account::Me,
+    account::Viewer,
     offers::{OfferDetail, RentalKind},
     rentals::{Rental, RentalDetail, RentalState},
     telemetry::TelemetryScope,
@@ -64,7 +64,7 @@ fn duration(seconds: i64) -> String {
 pub fn RentPage() -> impl IntoView {
     view! {
         <Title text="Rent GPUs" />
-        <RequireSignIn children=|_me: Me| view! { <RentForm /> } />
+        <RequireSignIn children=|_me: Viewer| view! { <RentForm /> } />
     }
 }
 
@@ -203,7 +203,7 @@ fn OfferSummary(host_id: i64, model: String) -> impl IntoView {
 pub fn RentalsPage() -> impl IntoView {
     view! {
         <Title text="Rentals" />
-        <RequireSignIn children=|_me: Me| view! { <RentalList /> } />
+        <RequireSignIn children=|_me: Viewer| view! { <RentalList /> } />
     }
 }
 
@@ -260,7 +260,7 @@ fn RentalRow(rental: Rental) -> impl IntoView {
 pub fn RentalPage() -> impl IntoView {
     view! {
         <Title text="Rental" />
-        <RequireSignIn children=|_me: Me| view! { <RentalView /> } />
+        <RequireSignIn children=|_me: Viewer| view! { <RentalView /> } />
     }
 }
 

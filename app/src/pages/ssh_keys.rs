@@ -9,7 +9,7 @@ use crate::{
     },
     server_fns::ssh_keys::{AddSshKey, RemoveSshKey, list_ssh_keys},
 };
-use cardpool_domain::account::{Me, SshKey};
+use cardpool_domain::account::{SshKey, Viewer};
 use leptos::prelude::*;
 use leptos_meta::Title;
 
@@ -17,7 +17,7 @@ use leptos_meta::Title;
 pub fn SshKeysPage() -> impl IntoView {
     view! {
         <Title text="SSH keys" />
-        <RequireSignIn children=|_me: Me| view! { <SshKeys /> } />
+        <RequireSignIn children=|_me: Viewer| view! { <SshKeys /> } />
     }
 }
 

@@ -14,7 +14,7 @@ use crate::{
     server_fns::payments::{CreateTopUp, get_receipt, get_top_up, get_wallet, list_transactions},
 };
 use cardpool_domain::{
-    account::Me,
+    account::Viewer,
     payments::{TOP_UP_MAX_MICROS, TOP_UP_MIN_MICROS, TopUpStatus},
 };
 use leptos::prelude::*;
@@ -25,7 +25,7 @@ use leptos_router::hooks::{use_params_map, use_query_map};
 pub fn WalletPage() -> impl IntoView {
     view! {
         <Title text="Wallet" />
-        <RequireSignIn children=|_me: Me| view! { <Wallet /> } />
+        <RequireSignIn children=|_me: Viewer| view! { <Wallet /> } />
     }
 }
 
@@ -151,7 +151,7 @@ fn TopUpProgress(id: i64, cancelled: bool, settled: RwSignal<u32>) -> impl IntoV
 pub fn ReceiptPage() -> impl IntoView {
     view! {
         <Title text="Receipt" />
-        <RequireSignIn children=|_me: Me| view! { <ReceiptView /> } />
+        <RequireSignIn children=|_me: Viewer| view! { <ReceiptView /> } />
     }
 }
 

@@ -1,22 +1,23 @@
+use cardpool_domain::wire::JsonOut;
 use cardpool_domain::{
     AppError,
-    account::{Me, UserSummary},
+    account::{Me, UserSummary, Viewer},
 };
 #[cfg(feature = "ssr")]
 use cardpool_service::{accounts, auth};
 use leptos::prelude::*;
 
 /// The signed-in account, or `None` for a visitor.
-#[server(prefix = "/rpc", endpoint = "get_me")]
-pub async fn get_me() -> Result<Option<Me>, AppError> {
+#[server(prefix = "/rpc", endpoint = "get_me", output = JsonOut)]
+pub async fn get_me() -> Result<Option<Viewer>, AppError> {
     crate::ssr::anyone(async |req| match auth::principal_from_session(&req.services, &req.session).await? {
-        Some(principal) => accounts::get_me(&req.services, &principal).await.map(Some),
+        Some(principal) => accounts::get_me(&req.services, &principal).await.map(|me| Some(me.into())),
         None => Ok(None),
     })
     .await
 }
 
-#[server(prefix = "/rpc", endpoint = "sign_up")]
+#[server(prefix = "/rpc", endpoint = "sign_up", output = JsonOut)]
 pub async fn sign_up(email: String, password: String) -> Result<Me, AppError> {
     crate::ssr::anyone(async |req| {
         use cardpool_domain::account::SignUpRequest;
@@ -25,7 +26,7 @@ pub async fn sign_up(email: String, password: String) -> Result<Me, AppError> {
     .await
 }
 
-#[server(prefix = "/rpc", endpoint = "sign_in")]
+#[server(prefix = "/rpc", endpoint = "sign_in", output = JsonOut)]
 pub async fn sign_in(email: String, password: String) -> Result<Me, AppError> {
     crate::ssr::anyone(async |req| {
         use cardpool_domain::account::SignInRequest;
@@ -35,12 +36,20 @@ pub async fn sign_in(email: String, password: String) -> Result<Me, AppError> {
     .await
 }
 
-#[server(prefix = "/rpc", endpoint = "sign_out")]
+/// Posted by the navigation's plain HTML form (it needs no script, so the code for forms that
+/// call server functions stays out of the bundle every page loads): ends the session, then
+/// sends the browser to the home page, which it loads afresh as a visitor.
+#[server(prefix = "/rpc", endpoint = "sign_out", output = JsonOut)]
 pub async fn sign_out() -> Result<(), AppError> {
-    crate::ssr::anyone(async |req| auth::end_session(&req.session).await).await
+    crate::ssr::anyone(async |req| {
+        auth::end_session(&req.session).await?;
+        leptos_axum::redirect("/");
+        Ok(())
+    })
+    .await
 }
 
-#[server(prefix = "/rpc", endpoint = "change_password")]
+#[server(prefix = "/rpc", endpoint = "change_password", output = JsonOut)]
 pub async fn change_password(current_password: String, new_password: String) -> Result<(), AppError> {
     crate::ssr::signed_in(async |req, caller| {
         use cardpool_domain::account::ChangePasswordRequest;
@@ -50,17 +59,17 @@ pub async fn change_password(current_password: String, new_password: String) -> 
     .await
 }
 
-#[server(prefix = "/rpc", endpoint = "enable_provider")]
+#[server(prefix = "/rpc", endpoint = "enable_provider", output = JsonOut)]
 pub async fn enable_provider() -> Result<Me, AppError> {
     crate::ssr::signed_in(async |req, caller| accounts::enable_provider(&req.services, &caller).await).await
 }
 
-#[server(prefix = "/rpc", endpoint = "list_users")]
+#[server(prefix = "/rpc", endpoint = "list_users", output = JsonOut)]
 pub async fn list_users() -> Result<Vec<UserSummary>, AppError> {
     crate::ssr::signed_in(async |req, caller| accounts::list_users(&req.services, &caller).await).await
 }
 
-#[server(prefix = "/rpc", endpoint = "grant_admin")]
+#[server(prefix = "/rpc", endpoint = "grant_admin", output = JsonOut)]
 pub async fn grant_admin(user_id: i64) -> Result<UserSummary, AppError> {
     crate::ssr::signed_in(async |req, caller| accounts::grant_admin(&req.services, &caller, user_id).await).await
 }

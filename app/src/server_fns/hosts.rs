@@ -1,3 +1,4 @@
+use cardpool_domain::wire::JsonOut;
 use cardpool_domain::{
     AppError,
     host::{CreatedEnrollmentToken, GpuModelPrice, HostDetail, HostSummary},
@@ -6,7 +7,7 @@ use cardpool_domain::{
 use cardpool_service::hosts;
 use leptos::prelude::*;
 
-#[server(prefix = "/rpc", endpoint = "create_enrollment_token")]
+#[server(prefix = "/rpc", endpoint = "create_enrollment_token", output = JsonOut)]
 pub async fn create_enrollment_token(location: String) -> Result<CreatedEnrollmentToken, AppError> {
     crate::ssr::signed_in(async |req, caller| {
         let headers = leptos_axum::extract::<http::HeaderMap>().await.map_err(|_| AppError::Internal)?;
@@ -16,23 +17,23 @@ pub async fn create_enrollment_token(location: String) -> Result<CreatedEnrollme
     .await
 }
 
-#[server(prefix = "/rpc", endpoint = "list_hosts")]
+#[server(prefix = "/rpc", endpoint = "list_hosts", output = JsonOut)]
 pub async fn list_hosts() -> Result<Vec<HostSummary>, AppError> {
     crate::ssr::signed_in(async |req, caller| hosts::list_hosts(&req.services, &caller).await).await
 }
 
-#[server(prefix = "/rpc", endpoint = "get_host")]
+#[server(prefix = "/rpc", endpoint = "get_host", output = JsonOut)]
 pub async fn get_host(id: i64) -> Result<HostDetail, AppError> {
     crate::ssr::signed_in(async |req, caller| hosts::get_host(&req.services, &caller, id).await).await
 }
 
-#[server(prefix = "/rpc", endpoint = "revoke_host")]
+#[server(prefix = "/rpc", endpoint = "revoke_host", output = JsonOut)]
 pub async fn revoke_host(id: i64) -> Result<(), AppError> {
     crate::ssr::signed_in(async |req, caller| hosts::revoke_host(&req.services, &caller, id).await).await
 }
 
 /// Prices arrive as dollar strings from the form and are stored as integer micro-dollars.
-#[server(prefix = "/rpc", endpoint = "update_host_pricing")]
+#[server(prefix = "/rpc", endpoint = "update_host_pricing", output = JsonOut)]
 pub async fn update_host_pricing(
     id: i64,
     gpu_model: String,
@@ -60,7 +61,7 @@ pub async fn update_host_pricing(
     .await
 }
 
-#[server(prefix = "/rpc", endpoint = "set_host_listed")]
+#[server(prefix = "/rpc", endpoint = "set_host_listed", output = JsonOut)]
 pub async fn set_host_listed(id: i64, listed: bool) -> Result<(), AppError> {
     crate::ssr::signed_in(async |req, caller| hosts::set_host_listed(&req.services, &caller, id, listed).await).await
 }

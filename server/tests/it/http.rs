@@ -492,6 +492,18 @@ async fn server_functions_work_as_plain_form_posts(backend: Backend) {
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(res.json::<Value>().await.unwrap()["email"], "form@example.com");
 
+    // The navigation's sign-out is a plain form: it lands on the home page as a visitor.
+    let out = client
+        .post(app.url("/rpc/sign_out"))
+        .header(header::ACCEPT, "text/html")
+        .header(header::REFERER, app.url("/account"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.status(), StatusCode::FOUND);
+    assert_eq!(out.headers()[header::LOCATION], "/", "wherever it was posted from");
+    assert_eq!(app.status_of_me(&client).await, StatusCode::UNAUTHORIZED);
+
     let bad = app
         .browser()
         .post(app.url("/rpc/sign_in"))
