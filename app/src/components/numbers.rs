@@ -45,12 +45,17 @@ impl fmt::Display for Fixed {
 mod tests {
     use super::fixed;
 
+    /// Equal to `{:.N}` except that a value rounding to zero is shown without a sign (the
+    /// standard library writes `-0`).
     #[test]
     fn matches_the_standard_formatting_away_from_ties() {
-        for value in [0.0, 0.04, 1.0, 9.96, 12.34, 99.99, 123.456, 600.0, 1e6 + 0.26, -3.21, -0.26] {
-            assert_eq!(fixed(value, 0).to_string(), format!("{value:.0}"), "{value}");
-            assert_eq!(fixed(value, 1).to_string(), format!("{value:.1}"), "{value}");
-            assert_eq!(fixed(value, 2).to_string(), format!("{value:.2}"), "{value}");
+        for value in [0.0, 0.04, 1.0, 9.96, 12.34, 99.99, 123.456, 600.0, 1e6 + 0.26, -3.21, -0.26, -0.04] {
+            for places in 0..=2u8 {
+                let standard = format!("{value:.*}", usize::from(places));
+                let unsigned_zero = standard.trim_start_matches('-').chars().all(|c| c == '0' || c == '.');
+                let expected = if unsigned_zero { standard.trim_start_matches('-').to_owned() } else { standard };
+                assert_eq!(fixed(value, places).to_string(), expected, "{value} to {places} places");
+            }
         }
     }
 

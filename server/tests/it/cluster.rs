@@ -11,7 +11,7 @@ use sea_orm::EntityTrait;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
-fn nats_url() -> String {
+pub(crate) fn nats_url() -> String {
     std::env::var("CARDPOOL_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
 }
 

@@ -6,6 +6,7 @@ mod agents;
 mod cli;
 mod cluster;
 mod common;
+mod crash;
 mod http;
 mod limits;
 mod logs;
