@@ -128,7 +128,7 @@ async fn storm(
         n = n.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         // An open-ended on-demand hold can never sit beside a future reservation on one GPU,
         // so the two kinds book hosts of their own and both keep being accepted.
-        let reserved = (n >> 60) % 4 == 0;
+        let reserved = (n >> 60).is_multiple_of(4);
         let host = hosts[(n >> 33) as usize % 2 + if reserved { 2 } else { 0 }];
         let request = if reserved {
             booking(host, 1, Some(chrono::Utc::now() + chrono::Duration::hours(1 + (n >> 50) as i64 % 48)))
