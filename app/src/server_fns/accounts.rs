@@ -1,7 +1,7 @@
-use cardpool_domain::wire::JsonOut;
 use cardpool_domain::{
     AppError,
     account::{Me, UserSummary, Viewer},
+    wire::JsonOut,
 };
 #[cfg(feature = "ssr")]
 use cardpool_service::{accounts, auth};

@@ -1,7 +1,7 @@
-use cardpool_domain::wire::JsonOut;
 use cardpool_domain::{
     AppError,
     account::{ApiToken, CreatedApiToken},
+    wire::JsonOut,
 };
 #[cfg(feature = "ssr")]
 use cardpool_service::api_tokens;

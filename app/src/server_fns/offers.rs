@@ -1,7 +1,7 @@
-use cardpool_domain::wire::JsonOut;
 use cardpool_domain::{
     AppError,
     offers::{OfferDetail, OfferPage, OfferQuery},
+    wire::JsonOut,
 };
 #[cfg(feature = "ssr")]
 use cardpool_service::offers;

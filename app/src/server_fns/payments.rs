@@ -1,7 +1,7 @@
-use cardpool_domain::wire::JsonOut;
 use cardpool_domain::{
     AppError,
     payments::{Adjustment, Earnings, LedgerEntry, OnboardingLink, Payout, Receipt, TopUp, TopUpCreated, Wallet},
+    wire::JsonOut,
 };
 #[cfg(feature = "ssr")]
 use cardpool_service::{payments, payouts};

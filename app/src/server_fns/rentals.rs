@@ -1,7 +1,7 @@
-use cardpool_domain::wire::JsonOut;
 use cardpool_domain::{
     AppError,
     rentals::{BookingForm, Rental, RentalDetail},
+    wire::JsonOut,
 };
 #[cfg(feature = "ssr")]
 use cardpool_service::rentals;

@@ -1,5 +1,4 @@
-use cardpool_domain::wire::JsonOut;
-use cardpool_domain::{AppError, account::SshKey};
+use cardpool_domain::{AppError, account::SshKey, wire::JsonOut};
 #[cfg(feature = "ssr")]
 use cardpool_service::ssh_access;
 use leptos::prelude::*;

@@ -1,7 +1,7 @@
-use cardpool_domain::wire::JsonOut;
 use cardpool_domain::{
     AppError,
     telemetry::{Alert, DeliveredEnergy, FleetOverview, TelemetryScope, TelemetryView},
+    wire::JsonOut,
 };
 #[cfg(feature = "ssr")]
 use cardpool_service::{alerts, telemetry};

@@ -40,6 +40,7 @@ impl Replica {
         let dir = tempfile::tempdir().unwrap().keep();
         let log = dir.join(format!("{name}.log"));
         let port = free_port();
+        let output = std::fs::File::create(&log).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_cardpool"))
             .current_dir(&dir)
             .args(["serve", "--addr", &format!("127.0.0.1:{port}"), "--database-url", database_url])
@@ -52,8 +53,8 @@ impl Replica {
             // Bookings never reach Stripe; a cluster only refuses to start without keys.
             .env("CARDPOOL_STRIPE_SECRET_KEY", "sk_test_crash")
             .env("CARDPOOL_STRIPE_WEBHOOK_SECRET", "whsec_crash")
-            .stdout(Stdio::from(std::fs::File::create(&log).unwrap()))
-            .stderr(Stdio::from(std::fs::File::options().append(true).open(&log).unwrap()))
+            .stdout(Stdio::from(output.try_clone().unwrap()))
+            .stderr(Stdio::from(output))
             .spawn()
             .unwrap();
         let mut replica = Replica { child, url: format!("http://127.0.0.1:{port}"), log };
