@@ -1,0 +1,69 @@
+//! `offers`: the market's search with the web's filters, as the same `OfferQuery` the
+//! `/offers` page puts in its URL.
+
+use crate::{
+    Ctx,
+    args::{Offers, Sort},
+    failure::Outcome,
+    table,
+};
+use cardpool_domain::offers::{OfferPage, OfferQuery, OfferSort};
+
+pub fn query(args: &Offers) -> OfferQuery {
+    OfferQuery {
+        gpu_model: args.gpu_model.clone(),
+        min_gpus: args.min_gpus,
+        min_vram_gib: args.min_vram,
+        max_price: args.max_price.clone(),
+        kind: args.kind.map(|k| k.domain()),
+        location: args.location.clone(),
+        min_cuda: args.min_cuda.clone(),
+        sort: args.sort.map(|s| match s {
+            Sort::Price => OfferSort::Price,
+            Sort::PricePerVram => OfferSort::PricePerVram,
+            Sort::Availability => OfferSort::Availability,
+        }),
+        page: args.page,
+        per_page: args.per_page,
+        host_id: args.host,
+    }
+}
+
+/// One page of offers for `query`.
+pub async fn search(ctx: &mut Ctx<'_, '_>, query: &OfferQuery) -> Outcome<OfferPage> {
+    ctx.get(&format!("/offers?{}", query.to_query_string())).await
+}
+
+pub async fn offers(ctx: &mut Ctx<'_, '_>, args: &Offers) -> Outcome {
+    let page = search(ctx, &query(args)).await?;
+    if ctx.json {
+        return ctx.print_json(&page);
+    }
+    if page.offers.is_empty() {
+        writeln!(ctx.console.out, "No offers match.")?;
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = page
+        .offers
+        .iter()
+        .map(|o| {
+            vec![
+                o.host_id.to_string(),
+                o.gpu_model.clone(),
+                table::gib(o.vram_bytes),
+                o.gpus_free.to_string(),
+                table::dollars(o.on_demand_micros),
+                table::dollars(o.reserved_micros),
+                table::dollars(o.spot_price_micros),
+                o.location.clone().unwrap_or_default(),
+                o.cuda_version.clone(),
+                format!("{}.{}%", o.uptime_permille / 10, o.uptime_permille % 10),
+            ]
+        })
+        .collect();
+    let headers = ["HOST", "GPU", "VRAM", "FREE", "ON-DEMAND/H", "RESERVED/H", "SPOT/H", "LOCATION", "CUDA", "UPTIME"];
+    table::print(ctx.console.out, &headers, &rows)?;
+    let pages = page.total.div_ceil(u64::from(page.per_page.max(1))).max(1);
+    writeln!(ctx.console.out, "\npage {} of {pages} ({} offers); rent one with: cardpool-cli rent --host HOST --gpus N", page.page.max(1), page.total)?;
+    Ok(())
+}
