@@ -50,7 +50,13 @@ impl Api {
     }
 
     /// Sends one request to `/api/v1{path}`; an error answer becomes its [`Failure`].
-    pub async fn send(&self, err: &mut dyn Write, method: Method, path: &str, body: Option<&Value>) -> Outcome<Response> {
+    pub async fn send(
+        &self,
+        err: &mut dyn Write,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Outcome<Response> {
         self.send_with(err, method, path, body, &[], Some(REQUEST_TIMEOUT)).await
     }
 
@@ -119,7 +125,14 @@ impl Api {
         Failure::new(Kind::Unavailable, format!("{} {what}: {err}", self.base))
     }
 
-    fn explain_request(&self, err: &mut dyn Write, method: &Method, url: &str, body: Option<&Value>, headers: &[(&str, String)]) {
+    fn explain_request(
+        &self,
+        err: &mut dyn Write,
+        method: &Method,
+        url: &str,
+        body: Option<&Value>,
+        headers: &[(&str, String)],
+    ) {
         let mut line = format!("curl -X {method} {}", quote(url));
         if self.token.is_some() {
             line.push_str(" -H \"Authorization: Bearer $CARDPOOL_TOKEN\"");
@@ -166,7 +179,11 @@ mod tests {
         let body = serde_json::json!({"email": "a@example.com", "password": "hunter2", "note": "it's"});
         api.explain_request(&mut err, &Method::POST, "http://127.0.0.1:3000/api/v1/x", Some(&body), &[]);
         let line = String::from_utf8(err).unwrap();
-        assert!(line.starts_with("curl -X POST 'http://127.0.0.1:3000/api/v1/x' -H \"Authorization: Bearer $CARDPOOL_TOKEN\""));
+        assert!(
+            line.starts_with(
+                "curl -X POST 'http://127.0.0.1:3000/api/v1/x' -H \"Authorization: Bearer $CARDPOOL_TOKEN\""
+            )
+        );
         assert!(!line.contains("cpt_secret") && !line.contains("hunter2"), "{line}");
         assert!(line.contains(r#""password":"***""#) && line.contains(r"it'\''s"), "{line}");
     }

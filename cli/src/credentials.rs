@@ -61,7 +61,8 @@ pub fn load(dir: &Path) -> Outcome<Option<Credentials>> {
             path.display()
         )));
     }
-    let text = std::fs::read_to_string(&path).map_err(|e| Failure::other(format!("reading {}: {e}", path.display())))?;
+    let text =
+        std::fs::read_to_string(&path).map_err(|e| Failure::other(format!("reading {}: {e}", path.display())))?;
     serde_json::from_str(&text)
         .map(Some)
         .map_err(|e| Failure::other(format!("{} is not a credentials file ({e}); log in again", path.display())))

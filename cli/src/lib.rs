@@ -9,11 +9,11 @@
 //! [`run`] is the whole program with its terminal passed in ([`Console`]), so the tests drive
 //! it exactly as `main` does, against a real server.
 
+mod account;
 pub mod api;
 pub mod args;
 pub mod credentials;
 pub mod failure;
-mod account;
 mod logs;
 mod market;
 mod rentals;
@@ -88,7 +88,8 @@ pub async fn run(args: impl IntoIterator<Item = impl Into<OsString> + Clone>, co
         Ok(()) => 0,
         Err(failure) => {
             if json {
-                let body = serde_json::json!({"error": failure.code(), "message": failure.message, "fields": failure.fields});
+                let body =
+                    serde_json::json!({"error": failure.code(), "message": failure.message, "fields": failure.fields});
                 let _ = writeln!(console.err, "{body}");
             } else {
                 let _ = writeln!(console.err, "error: {failure}");

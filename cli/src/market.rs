@@ -64,6 +64,11 @@ pub async fn offers(ctx: &mut Ctx<'_, '_>, args: &Offers) -> Outcome {
     let headers = ["HOST", "GPU", "VRAM", "FREE", "ON-DEMAND/H", "RESERVED/H", "SPOT/H", "LOCATION", "CUDA", "UPTIME"];
     table::print(ctx.console.out, &headers, &rows)?;
     let pages = page.total.div_ceil(u64::from(page.per_page.max(1))).max(1);
-    writeln!(ctx.console.out, "\npage {} of {pages} ({} offers); rent one with: cardpool-cli rent --host HOST --gpus N", page.page.max(1), page.total)?;
+    writeln!(
+        ctx.console.out,
+        "\npage {} of {pages} ({} offers); rent one with: cardpool-cli rent --host HOST --gpus N",
+        page.page.max(1),
+        page.total
+    )?;
     Ok(())
 }

@@ -58,7 +58,8 @@ pub async fn rent(ctx: &mut Ctx<'_, '_>, rent: &Rent) -> Outcome {
     };
     let request = form.parse()?;
     let booked: Rental = ctx.call(Method::POST, "/rentals", &request).await?;
-    let rental = if rent.wait { wait_for(ctx, booked.id, Duration::from_secs(rent.wait_secs), false).await? } else { booked };
+    let rental =
+        if rent.wait { wait_for(ctx, booked.id, Duration::from_secs(rent.wait_secs), false).await? } else { booked };
     if ctx.json {
         return ctx.print_json(&rental);
     }
@@ -72,7 +73,11 @@ pub async fn rent(ctx: &mut Ctx<'_, '_>, rent: &Rent) -> Outcome {
         rental.gpu_model,
         rental.host_label
     )?;
-    writeln!(ctx.console.out, "  watch:  cardpool-cli show {id}\n  ssh:    cardpool-cli ssh {id}\n  stop:   cardpool-cli stop {id}", id = rental.id)?;
+    writeln!(
+        ctx.console.out,
+        "  watch:  cardpool-cli show {id}\n  ssh:    cardpool-cli ssh {id}\n  stop:   cardpool-cli stop {id}",
+        id = rental.id
+    )?;
     Ok(())
 }
 
@@ -87,13 +92,17 @@ async fn only_model(ctx: &mut Ctx<'_, '_>, host: i64) -> Outcome<String> {
             Kind::NotFound,
             format!("host {host} has no offers now (offline, not listed or every GPU taken)"),
         )),
-        _ => Err(Failure::invalid(format!("host {host} offers several models; choose one with --gpu-model: {}", models.join(", ")))),
+        _ => Err(Failure::invalid(format!(
+            "host {host} offers several models; choose one with --gpu-model: {}",
+            models.join(", ")
+        ))),
     }
 }
 
 /// An OpenSSH public key from `path`, refusing a private key.
 fn public_key(path: &std::path::Path) -> Outcome<String> {
-    let text = std::fs::read_to_string(path).map_err(|e| Failure::invalid(format!("reading {}: {e}", path.display())))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| Failure::invalid(format!("reading {}: {e}", path.display())))?;
     if text.contains("PRIVATE KEY") {
         return Err(Failure::invalid(format!("{} is a private key: give its .pub file", path.display())));
     }
@@ -118,7 +127,10 @@ async fn wait_for(ctx: &mut Ctx<'_, '_>, id: i64, within: Duration, until_settle
         }
         if !until_settled && rental.state.is_terminal() {
             let why = detail.events.last().map(|e| e.reason.clone()).unwrap_or_default();
-            return Err(Failure::new(Kind::Conflict, format!("rental {id} is {} before running: {why}", rental.state.as_str())));
+            return Err(Failure::new(
+                Kind::Conflict,
+                format!("rental {id} is {} before running: {why}", rental.state.as_str()),
+            ));
         }
         if Instant::now() >= deadline {
             return Err(Failure::new(
@@ -206,7 +218,10 @@ pub async fn ssh(ctx: &mut Ctx<'_, '_>, ssh: &Ssh) -> Outcome {
         .ssh
         .ok_or_else(|| Failure::new(Kind::Unavailable, "this server runs no SSH gateway (ask its operator)"))?;
     if !detail.rental.is_live() {
-        return Err(Failure::new(Kind::Conflict, format!("rental {} is {}: nothing to ssh into", ssh.rental, detail.rental.state.as_str())));
+        return Err(Failure::new(
+            Kind::Conflict,
+            format!("rental {} is {}: nothing to ssh into", ssh.rental, detail.rental.state.as_str()),
+        ));
     }
     let mut args: Vec<String> = vec!["-p".into(), access.port.to_string()];
     if let Some(identity) = &ssh.identity {
@@ -231,7 +246,11 @@ pub async fn ssh(ctx: &mut Ctx<'_, '_>, ssh: &Ssh) -> Outcome {
         writeln!(ctx.console.out, "{}", line.join(" "))?;
         return Ok(());
     }
-    writeln!(ctx.console.err, "Connecting to {}@{}:{} (gateway host key {})", access.user, access.host, access.port, access.host_key_fingerprint)?;
+    writeln!(
+        ctx.console.err,
+        "Connecting to {}@{}:{} (gateway host key {})",
+        access.user, access.host, access.port, access.host_key_fingerprint
+    )?;
     let mut command = tokio::process::Command::new("ssh");
     command.args(&args).kill_on_drop(true);
     let status = if ctx.console.terminal {
@@ -260,7 +279,8 @@ fn shell_word(raw: &str) -> String {
 }
 
 pub async fn stop(ctx: &mut Ctx<'_, '_>, stop: &Stop) -> Outcome {
-    let stopped: Rental = ctx.call(Method::POST, &format!("/rentals/{}/stop", stop.rental), &serde_json::json!({})).await?;
+    let stopped: Rental =
+        ctx.call(Method::POST, &format!("/rentals/{}/stop", stop.rental), &serde_json::json!({})).await?;
     let rental = if stop.wait { wait_for(ctx, stopped.id, Duration::from_secs(120), true).await? } else { stopped };
     if ctx.json {
         return ctx.print_json(&rental);

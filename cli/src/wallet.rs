@@ -14,7 +14,14 @@ pub async fn wallet(ctx: &mut Ctx<'_, '_>) -> Outcome {
     writeln!(out, "Balance:  {} {}", table::dollars(wallet.balance_micros), wallet.currency.to_uppercase())?;
     writeln!(out, "Held:     {} (prepaid reservations)", table::dollars(wallet.held_micros))?;
     for top_up in &wallet.pending_top_ups {
-        writeln!(out, "Pending:  top-up {} of {} ({:?}, {})", top_up.id, table::dollars(top_up.amount_micros), top_up.status, table::time(top_up.created_at))?;
+        writeln!(
+            out,
+            "Pending:  top-up {} of {} ({:?}, {})",
+            top_up.id,
+            table::dollars(top_up.amount_micros),
+            top_up.status,
+            table::time(top_up.created_at)
+        )?;
     }
     Ok(())
 }
