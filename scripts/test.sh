@@ -27,8 +27,8 @@ cargo clippy --workspace --exclude cardpool-frontend --all-targets --locked -- -
 cargo clippy -p cardpool-frontend --target wasm32-unknown-unknown --locked -- -D warnings
 say "cargo test (SQLite and PostgreSQL)"
 cargo test --workspace --exclude cardpool-frontend --locked
-say "cargo build -p cardpool-agent (for the browser tests)"
-cargo build -p cardpool-agent --locked
+say "cargo build -p cardpool-agent -p cardpool-cli (for the CLI and browser tests)"
+cargo build -p cardpool-agent -p cardpool-cli --locked
 # The README's first command, checked: the release site is built (and kept for the browser
 # tests below), started as run.sh starts it, and / and /offers must hydrate in Chromium.
 say "scripts/run.sh --check"
@@ -49,10 +49,11 @@ rm -rf end2end/screenshots
 # Playwright empties end2end/test-results/ when it starts, so the servers log beside the build.
 mkdir -p target/e2e-logs
 
-# The API's contract: schemathesis against a fresh release demo (its own, since it books,
-# adds keys and tokens as the demo renter).
-say "schemathesis against the release demo"
+# The renter's CLI, the binary, and then the API's contract (schemathesis) against a fresh
+# release demo (their own, since they book, add keys and tokens as the demo renter).
+say "cardpool-cli and schemathesis against the release demo"
 start_server "$PWD/target/release/cardpool" target/e2e-logs/server-schemathesis.log --demo --site-root "$PWD/target/site"
+./scripts/cli-check.sh target/debug/cardpool-cli "$SERVER_URL"
 ./scripts/schemathesis.sh "$SERVER_URL"
 stop_server
 

@@ -73,6 +73,8 @@ pub fn App() -> impl IntoView {
                         <Route path=path!("/account/ssh-keys") view={Lazy::<SshKeysRoute>::new()} />
                         <Route path=path!("/admin/fleet") view={Lazy::<AdminFleetRoute>::new()} />
                         <Route path=path!("/admin/users") view={Lazy::<AdminUsersRoute>::new()} />
+                        <Route path=path!("/admin/hosts") view={Lazy::<AdminHostsRoute>::new()} />
+                        <Route path=path!("/admin/audit") view={Lazy::<AdminAuditRoute>::new()} />
                         <Route path=path!("/admin/credits") view={Lazy::<AdminCreditsRoute>::new()} />
                         <Route path=path!("/wallet") view={Lazy::<WalletRoute>::new()} />
                         <Route path=path!("/wallet/receipts/:id") view={Lazy::<ReceiptRoute>::new()} />

@@ -130,6 +130,9 @@ pub struct Offers {
     /// One host's offers.
     #[arg(long)]
     pub host: Option<i64>,
+    /// Only hosts verified by Cardpool's admins (the ✓ column).
+    #[arg(long)]
+    pub verified: bool,
     #[arg(long)]
     pub page: Option<u32>,
     #[arg(long)]

@@ -26,6 +26,7 @@ pub fn query(args: &Offers) -> OfferQuery {
         page: args.page,
         per_page: args.per_page,
         host_id: args.host,
+        verified: args.verified.then_some(true),
     }
 }
 
@@ -49,6 +50,7 @@ pub async fn offers(ctx: &mut Ctx<'_, '_>, args: &Offers) -> Outcome {
         .map(|o| {
             vec![
                 o.host_id.to_string(),
+                if o.verified { "✓" } else { "" }.to_owned(),
                 o.gpu_model.clone(),
                 table::gib(o.vram_bytes),
                 o.gpus_free.to_string(),
@@ -61,7 +63,8 @@ pub async fn offers(ctx: &mut Ctx<'_, '_>, args: &Offers) -> Outcome {
             ]
         })
         .collect();
-    let headers = ["HOST", "GPU", "VRAM", "FREE", "ON-DEMAND/H", "RESERVED/H", "SPOT/H", "LOCATION", "CUDA", "UPTIME"];
+    let headers =
+        ["HOST", "✓", "GPU", "VRAM", "FREE", "ON-DEMAND/H", "RESERVED/H", "SPOT/H", "LOCATION", "CUDA", "UPTIME"];
     table::print(ctx.console.out, &headers, &rows)?;
     let pages = page.total.div_ceil(u64::from(page.per_page.max(1))).max(1);
     writeln!(

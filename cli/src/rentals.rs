@@ -214,15 +214,15 @@ pub async fn show(ctx: &mut Ctx<'_, '_>, id: i64) -> Outcome {
 
 pub async fn ssh(ctx: &mut Ctx<'_, '_>, ssh: &Ssh) -> Outcome {
     let detail: RentalDetail = ctx.get(&format!("/rentals/{}", ssh.rental)).await?;
-    let access = detail
-        .ssh
-        .ok_or_else(|| Failure::new(Kind::Unavailable, "this server runs no SSH gateway (ask its operator)"))?;
     if !detail.rental.is_live() {
         return Err(Failure::new(
             Kind::Conflict,
             format!("rental {} is {}: nothing to ssh into", ssh.rental, detail.rental.state.as_str()),
         ));
     }
+    let access = detail
+        .ssh
+        .ok_or_else(|| Failure::new(Kind::Unavailable, "this server runs no SSH gateway (ask its operator)"))?;
     let mut args: Vec<String> = vec!["-p".into(), access.port.to_string()];
     if let Some(identity) = &ssh.identity {
         args.extend(["-i".into(), identity.display().to_string()]);

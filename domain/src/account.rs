@@ -127,6 +127,9 @@ pub struct UserSummary {
     pub email: String,
     pub roles: Roles,
     pub created_at: DateTime<Utc>,
+    /// When an admin suspended the account, and why.
+    pub suspended_at: Option<DateTime<Utc>>,
+    pub suspended_reason: Option<String>,
 }
 
 #[derive(Clone, Serialize, Deserialize)]

@@ -89,6 +89,10 @@ pub struct HostSummary {
     pub created_at: DateTime<Utc>,
     /// Offered on the market.
     pub listed: bool,
+    /// Verified by an admin (the badge renters can filter on).
+    pub verified: bool,
+    /// Why an admin took the host off the market; while set it cannot be listed.
+    pub held_reason: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -6,6 +6,7 @@
 //! what keeps sea-orm out of the wasm bundle.
 
 pub mod account;
+pub mod admin;
 pub mod error;
 pub mod host;
 pub mod money;

@@ -96,6 +96,9 @@ pub struct OfferQuery {
     /// Only this host's offers.
     #[serde(deserialize_with = "lenient::number")]
     pub host_id: Option<i64>,
+    /// Only hosts verified by Cardpool's admins (`true`; a form's checkbox sends `on`).
+    #[serde(deserialize_with = "lenient::flag")]
+    pub verified: Option<bool>,
 }
 
 impl OfferQuery {
@@ -118,6 +121,7 @@ impl OfferQuery {
         push("page", self.page.filter(|p| *p > 1).map(|n| n.to_string()));
         push("per_page", self.per_page.map(|n| n.to_string()));
         push("host_id", self.host_id.map(|n| n.to_string()));
+        push("verified", self.verified.filter(|v| *v).map(|_| "true".to_owned()));
         pairs.into_iter().map(|(k, v)| format!("{k}={}", percent_encode(&v))).collect::<Vec<_>>().join("&")
     }
 }
@@ -159,6 +163,25 @@ mod lenient {
         }
     }
 
+    pub fn flag<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Flag {
+            Bool(bool),
+            Text(String),
+        }
+        match Option::<Flag>::deserialize(d)? {
+            None => Ok(None),
+            Some(Flag::Bool(b)) => Ok(Some(b)),
+            Some(Flag::Text(t)) => match t.trim() {
+                "" => Ok(None),
+                "true" | "on" | "1" => Ok(Some(true)),
+                "false" | "off" | "0" => Ok(Some(false)),
+                other => Err(D::Error::custom(format!("{other:?} is not true or false"))),
+            },
+        }
+    }
+
     pub fn choice<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
         match Option::<String>::deserialize(d)? {
             None => Ok(None),
@@ -195,6 +218,8 @@ pub struct Offer {
     pub interconnect: String,
     /// Share of the last 7 days (or since enrollment) the host was online, in permille.
     pub uptime_permille: u32,
+    /// The host is verified by Cardpool's admins.
+    pub verified: bool,
 }
 
 /// One spot clearing price, in force from `at` until the next.

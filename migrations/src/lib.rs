@@ -22,6 +22,7 @@ mod m20261201_000012_ssh_keys;
 mod m20261201_000013_hardening;
 mod m20261201_000014_hashed_sessions;
 mod m20261202_000015_replicas;
+mod m20261203_000016_admin_console;
 
 pub struct Migrator;
 
@@ -44,6 +45,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000013_hardening::Migration),
             Box::new(m20261201_000014_hashed_sessions::Migration),
             Box::new(m20261202_000015_replicas::Migration),
+            Box::new(m20261203_000016_admin_console::Migration),
         ]
     }
 }

@@ -2,15 +2,23 @@
 
 use crate::{
     AppError, AppResult, Services,
+    admin::{
+        RoleChange,
+        audit::{self, Change},
+        change_roles, user_summary,
+    },
     auth::{self, Credential, Principal, roles_of},
     db::{DbResultExt, Violation, begin_write},
     entities::users,
 };
-use cardpool_domain::account::{
-    ChangePasswordRequest, Email, Me, NewAccount, Password, SignInRequest, SignUpRequest, UserSummary,
+use cardpool_domain::{
+    account::{ChangePasswordRequest, Email, Me, NewAccount, Password, SignInRequest, SignUpRequest, UserSummary},
+    admin::AuditAction,
 };
 use chrono::Utc;
-use sea_orm::{ActiveModelTrait, ActiveValue::Set, ColumnTrait, EntityTrait, IntoActiveModel, QueryFilter, QueryOrder};
+use sea_orm::{
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, EntityTrait, IntoActiveModel, QueryFilter, QueryOrder, QuerySelect,
+};
 use std::net::IpAddr;
 use tower_sessions::Session;
 
@@ -95,6 +103,9 @@ pub async fn check_credentials(
     let ok = services.passwords.verify(&request.password, user.as_ref().map(|u| u.password_hash.as_str())).await?;
     match user {
         Some(user) if ok => {
+            if let Some(reason) = user.suspended_at.and(user.suspended_reason.as_deref()) {
+                return Err(AppError::forbidden(format!("this account is suspended: {reason}")));
+            }
             services.sign_in_limiter.record_success(&key, client_ip).await?;
             tracing::info!(user.id = user.id, "signed in");
             Ok((me(&user), user.session_epoch))
@@ -170,55 +181,47 @@ pub async fn set_password(
     Ok(epoch)
 }
 
-async fn set_flags(
-    services: &Services,
-    user_id: i64,
-    provider: Option<bool>,
-    admin: Option<bool>,
-) -> AppResult<users::Model> {
-    let txn = crate::db::begin_write(&services.db).await.context("starting role change")?;
-    let user = users::Entity::find_by_id(user_id)
-        .one(&txn)
-        .await
-        .context("loading account")?
-        .ok_or_else(|| AppError::not_found("account"))?;
-    let mut row = user.into_active_model();
-    if let Some(provider) = provider {
-        row.is_provider = Set(provider);
-    }
-    if let Some(admin) = admin {
-        row.is_admin = Set(admin);
-    }
-    row.updated_at = Set(Utc::now());
-    let user = row.update(&txn).await.context("saving roles")?;
-    txn.commit().await.context("committing role change")?;
-    Ok(user)
-}
-
-/// Turns on the provider role for the caller's own account.
+/// Turns on the provider role for the caller's own account (a role change: audited).
 pub async fn enable_provider(services: &Services, principal: &Principal) -> AppResult<Me> {
-    let user = set_flags(services, principal.user_id, Some(true), None).await?;
+    let user = load_user(services, principal.user_id).await?;
+    if user.is_provider {
+        return Ok(me(&user));
+    }
+    let change = RoleChange {
+        provider: Some(true),
+        admin: None,
+        action: AuditAction::UserEnableProvider,
+        reason: "turned on by the account itself",
+    };
+    let user = match change_roles(services, Some(principal), principal.user_id, change).await {
+        // Turned on by a concurrent request.
+        Err(AppError::Conflict(_)) => load_user(services, principal.user_id).await?,
+        other => other?,
+    };
     tracing::info!(user.id = user.id, "provider role enabled");
     Ok(me(&user))
 }
 
-/// Every account, newest first (admins only).
-pub async fn list_users(services: &Services, principal: &Principal) -> AppResult<Vec<UserSummary>> {
-    principal.require_admin()?;
-    let users =
-        users::Entity::find().order_by_desc(users::Column::Id).all(&services.db).await.context("listing accounts")?;
-    Ok(users
-        .iter()
-        .map(|u| UserSummary { id: u.id, email: u.email.clone(), roles: roles_of(u), created_at: u.created_at })
-        .collect())
-}
+/// The most accounts one listing returns.
+const MAX_LISTED_USERS: u64 = 200;
 
-/// Makes another account an admin (admins only).
-pub async fn grant_admin(services: &Services, principal: &Principal, user_id: i64) -> AppResult<UserSummary> {
+/// Accounts, newest first, whose email contains `search` (all when empty), at most 200
+/// (admins only).
+pub async fn list_users(
+    services: &Services,
+    principal: &Principal,
+    search: Option<&str>,
+) -> AppResult<Vec<UserSummary>> {
     principal.require_admin()?;
-    let user = set_flags(services, user_id, None, Some(true)).await?;
-    tracing::info!(user.id = user.id, by = principal.user_id, "admin role granted");
-    Ok(UserSummary { id: user.id, email: user.email.clone(), roles: roles_of(&user), created_at: user.created_at })
+    let mut query = users::Entity::find().order_by_desc(users::Column::Id).limit(MAX_LISTED_USERS);
+    if let Some(search) = search.map(str::trim).filter(|s| !s.is_empty()) {
+        if search.chars().count() > 254 || search.chars().any(char::is_control) {
+            return Err(AppError::invalid_field("q", "at most 254 printable characters"));
+        }
+        query = query.filter(users::Column::Email.contains(search.to_lowercase()));
+    }
+    let users = query.all(&services.db).await.context("listing accounts")?;
+    Ok(users.iter().map(user_summary).collect())
 }
 
 /// What `cardpool admin create` did.
@@ -238,13 +241,29 @@ pub async fn create_admin(services: &Services, email: &str, password: Option<&st
         .await
         .context("loading account")?;
     if let Some(user) = existing {
-        set_flags(services, user.id, None, Some(true)).await?;
-        return Ok(AdminCreated::Promoted);
+        let change = RoleChange {
+            provider: None,
+            admin: Some(true),
+            action: AuditAction::UserGrantAdmin,
+            reason: "promoted by the operator (cardpool admin create)",
+        };
+        match change_roles(services, None, user.id, change).await {
+            Ok(_) | Err(AppError::Conflict(_)) => return Ok(AdminCreated::Promoted),
+            Err(err) => return Err(err),
+        }
     }
     let password =
         password.ok_or_else(|| AppError::invalid_field("password", "a new admin account needs a password"))?;
     let password = Password::parse(password).map_err(|m| AppError::invalid_field("password", m))?;
-    insert_account(services, &NewAccount { email, password }, true).await?;
+    let user = insert_account(services, &NewAccount { email, password }, true).await?;
+    let line = Change {
+        action: AuditAction::UserGrantAdmin,
+        subject_id: user.id,
+        reason: "created as an admin by the operator (cardpool admin create)",
+        before: serde_json::Value::Null,
+        after: serde_json::json!({"provider": false, "admin": true, "suspended": false}),
+    };
+    audit::record(&services.db, None, line).await?;
     Ok(AdminCreated::Created)
 }
 

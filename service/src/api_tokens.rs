@@ -114,6 +114,9 @@ pub async fn authenticate(services: &Services, secret: &str) -> AppResult<Princi
     let Some((token, Some(user))) = found else {
         return Err(AppError::Unauthorized);
     };
+    if user.suspended_at.is_some() {
+        return Err(AppError::forbidden("this account is suspended"));
+    }
     // Recording every use would turn each API read into a write; a minute's precision is enough.
     let now = Utc::now();
     if token.last_used_at.is_none_or(|t| now - t > Duration::minutes(1)) {

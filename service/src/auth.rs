@@ -107,7 +107,8 @@ pub async fn principal_from_session(services: &Services, session: &Session) -> A
 }
 
 /// The account a session signed in as, if that sign-in is still good: the account exists, its
-/// password has not changed since (same epoch) and the session is within its absolute lifetime.
+/// password has not changed since (same epoch), it is not suspended, and the session is within
+/// its absolute lifetime.
 async fn signed_in(
     services: &Services,
     user_id: i64,
@@ -120,7 +121,7 @@ async fn signed_in(
     }
     let user = users::Entity::find_by_id(user_id).one(&services.db).await.context("loading session user")?;
     Ok(user
-        .filter(|user| epoch == Some(user.session_epoch))
+        .filter(|user| epoch == Some(user.session_epoch) && user.suspended_at.is_none())
         .map(|user| Principal::from_user(&user, Credential::Session)))
 }
 
@@ -165,8 +166,10 @@ async fn token_still_valid(services: &Services, token_id: i64) -> AppResult<Opti
         .one(&services.db)
         .await
         .context("loading token")?;
-    Ok(found
-        .and_then(|(token, user)| user.map(|u| Principal::from_user(&u, Credential::ApiToken { token_id: token.id }))))
+    Ok(found.and_then(|(token, user)| {
+        user.filter(|u| u.suspended_at.is_none())
+            .map(|u| Principal::from_user(&u, Credential::ApiToken { token_id: token.id }))
+    }))
 }
 
 /// Like [`principal_from_session`], but a missing sign-in is `Unauthorized`.

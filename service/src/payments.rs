@@ -15,6 +15,7 @@ use crate::{
     ledger::{self, Book, Entry},
 };
 use cardpool_domain::{
+    admin::AuditAction,
     money::{MICROS_PER_CENT, MICROS_PER_DOLLAR, format_dollars, parse_dollars},
     payments::{
         Adjustment, AdjustmentKind, AdminCreditRequest, CreateTopUpRequest, HistoryQuery, LedgerEntry, Receipt,
@@ -479,7 +480,20 @@ pub async fn admin_adjust(
     entry.reason = Some(reason.to_owned());
     let created_at = entry.at;
     let txn = begin_write(&services.db).await.context("starting adjustment")?;
+    let balance_before = ledger::balance(&txn, Book::Wallet(user.id)).await?;
     let transaction_id = ledger::post(&txn, entry).await?;
+    let action = match request.kind {
+        AdjustmentKind::Credit => AuditAction::WalletCredit,
+        AdjustmentKind::Refund => AuditAction::WalletRefund,
+    };
+    let line = crate::admin::audit::Change {
+        action,
+        subject_id: user.id,
+        reason,
+        before: serde_json::json!({"balance_micros": balance_before}),
+        after: serde_json::json!({"balance_micros": balance_before + amount, "transaction_id": transaction_id}),
+    };
+    crate::admin::audit::record(&txn, Some(principal), line).await?;
     txn.commit().await.context("committing adjustment")?;
     tracing::info!(
         audit = "admin_adjustment",

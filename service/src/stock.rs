@@ -131,7 +131,8 @@ fn stock_select(sql: &mut Sql, host_id: Option<i64>) -> String {
         "INSERT INTO offer_stock (host_id, gpu_model, gpus_free, vram_bytes, cuda_version, cuda_version_num, \
          driver_version, linked, on_market, location_key, on_demand_micros, reserved_micros, spot_min_bid_micros) \
          SELECT a.host_id, a.model, a.free, a.vram, a.cuda, a.cuda_num, a.driver, a.linked, \
-         (h.listed = {listed} AND h.status = {online} AND h.revoked_at IS NULL AND p.host_id IS NOT NULL), \
+         (h.listed = {listed} AND h.held_reason IS NULL AND h.status = {online} AND h.revoked_at IS NULL \
+         AND p.host_id IS NOT NULL), \
          LOWER(h.location), COALESCE(p.on_demand_micros, 0), COALESCE(p.reserved_micros, 0), \
          COALESCE(p.spot_min_bid_micros, 0) \
          FROM (SELECT g.host_id AS host_id, g.model AS model, COUNT(g.id) AS free, MIN(g.memory_bytes) AS vram, \

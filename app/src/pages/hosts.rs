@@ -180,7 +180,10 @@ fn HostDetailView(
             <div class="flex flex-wrap items-center justify-between gap-4">
                 <div>
                     <a href="/provider/hosts" class="text-sm text-indigo-700 hover:underline">"← All hosts"</a>
-                    <h1 class="mt-1 flex items-center gap-3 text-2xl font-bold text-slate-900">{host.hostname.clone()} <StatusBadge status=host.status /></h1>
+                    <h1 class="mt-1 flex flex-wrap items-center gap-3 text-2xl font-bold text-slate-900">
+                        {host.hostname.clone()} <StatusBadge status=host.status />
+                        {host.verified.then(|| view! { <span class="badge bg-indigo-50 text-sm font-medium text-indigo-700 ring-indigo-200" data-testid="host-verified">"✓ Verified by Cardpool"</span> })}
+                    </h1>
                     <p class="mt-1 text-sm text-slate-600">
                         {host.location.clone().unwrap_or_else(|| "No location set".into())} " · agent " {host.agent_version.clone().unwrap_or_else(|| "not connected yet".into())}
                         " · last heartbeat " {time_or_never(host.last_heartbeat_at)}
@@ -193,6 +196,13 @@ fn HostDetailView(
                     </ActionForm>
                 })}
             </div>
+            {host.held_reason.clone().map(|why| view! {
+                <div role="alert" class="rounded-lg bg-red-50 px-4 py-3 text-sm text-red-800 ring-1 ring-red-200" data-testid="host-delisted">
+                    <p class="font-semibold">"Delisted by Cardpool's admins"</p>
+                    <p class="mt-1">{why}</p>
+                    <p class="mt-1 text-red-700">"Running rentals finish; nobody can book this host until an admin relists it."</p>
+                </div>
+            })}
             {(!revoked && !models.is_empty()).then(|| view! {
                 <PricingSection host_id=host.id listed=host.listed models=models.clone() prices=prices.clone() pricing listing />
             })}

@@ -46,7 +46,7 @@ macro_rules! lazy_pages {
 }
 
 use account::AccountPage;
-use admin::{AdminCreditsPage, AdminUsersPage};
+use admin::{AdminCreditsPage, audit::AdminAuditPage, hosts::AdminHostsPage, users::AdminUsersPage};
 use api_tokens::ApiTokensPage;
 use earnings::EarningsPage;
 use fleet::AdminFleetPage;
@@ -70,6 +70,8 @@ lazy_pages! {
     SshKeysRoute => SshKeysPage,
     AdminFleetRoute => AdminFleetPage,
     AdminUsersRoute => AdminUsersPage,
+    AdminHostsRoute => AdminHostsPage,
+    AdminAuditRoute => AdminAuditPage,
     AdminCreditsRoute => AdminCreditsPage,
     WalletRoute => WalletPage,
     ReceiptRoute => ReceiptPage,

@@ -30,6 +30,7 @@ fn query_from(map: &ParamsMap) -> OfferQuery {
         page: number("page"),
         per_page: number("per_page"),
         host_id: text("host_id").and_then(|v| v.parse().ok()),
+        verified: text("verified").map(|v| matches!(v.as_str(), "true" | "on" | "1")).filter(|v| *v),
     }
 }
 
@@ -107,7 +108,11 @@ fn Filters(query: OfferQuery) -> impl IntoView {
                         .collect_view()}
                 </select>
             </div>
-            <div class="flex gap-2 sm:col-span-2 lg:col-span-4">
+            <div class="flex flex-wrap items-center gap-4 sm:col-span-2 lg:col-span-4">
+                <label class="flex items-center gap-2 text-sm font-medium text-slate-800">
+                    <input type="checkbox" name="verified" value="true" checked=query.verified == Some(true) class="h-4 w-4 rounded border-slate-300 text-indigo-600" />
+                    "Verified hosts only"
+                </label>
                 <button type="submit" class="btn-primary">"Search"</button>
                 <a href="/offers" class="btn-secondary">"Clear filters"</a>
             </div>
@@ -187,6 +192,7 @@ fn OfferCard(offer: Offer, kind: RentalKind) -> impl IntoView {
                 {price(RentalKind::Spot, offer.spot_price_micros, "Spot now")}
             </dl>
             <p class="mt-4 flex flex-wrap gap-2 text-xs">
+                {offer.verified.then(|| view! { <Badge tone=Tone::Good testid="offer-verified">"✓ Verified host"</Badge> })}
                 <Badge tone=Tone::Info>{if offer.interconnect == "nvlink" { "NVLink" } else { "PCIe" }}</Badge>
                 <Badge tone=Tone::Neutral>{format!("CUDA {} · driver {}", offer.cuda_version, offer.driver_version)}</Badge>
                 <Badge tone=Tone::Neutral>{format!("{}.{}% uptime (7 d)", offer.uptime_permille / 10, offer.uptime_permille % 10)}</Badge>

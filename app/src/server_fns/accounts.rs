@@ -1,6 +1,6 @@
 use cardpool_domain::{
     AppError,
-    account::{Me, UserSummary, Viewer},
+    account::{Me, Viewer},
     wire::JsonOut,
 };
 #[cfg(feature = "ssr")]
@@ -62,14 +62,4 @@ pub async fn change_password(current_password: String, new_password: String) -> 
 #[server(prefix = "/rpc", endpoint = "enable_provider", output = JsonOut)]
 pub async fn enable_provider() -> Result<Me, AppError> {
     crate::ssr::signed_in(async |req, caller| accounts::enable_provider(&req.services, &caller).await).await
-}
-
-#[server(prefix = "/rpc", endpoint = "list_users", output = JsonOut)]
-pub async fn list_users() -> Result<Vec<UserSummary>, AppError> {
-    crate::ssr::signed_in(async |req, caller| accounts::list_users(&req.services, &caller).await).await
-}
-
-#[server(prefix = "/rpc", endpoint = "grant_admin", output = JsonOut)]
-pub async fn grant_admin(user_id: i64) -> Result<UserSummary, AppError> {
-    crate::ssr::signed_in(async |req, caller| accounts::grant_admin(&req.services, &caller, user_id).await).await
 }

@@ -6,6 +6,7 @@
 //! page is hydrated with.
 
 pub mod accounts;
+pub mod admin;
 pub mod api_tokens;
 pub mod hosts;
 pub mod offers;

@@ -1,10 +1,10 @@
-//! `/api/v1/auth/*`, `/api/v1/me*` and `/api/v1/users*`.
+//! `/api/v1/auth/*` and `/api/v1/me*` (accounts as admins see them: `admin`).
 
-use crate::edges::{ApiJson, ApiResult, Caller, PathId, RequestSession};
+use crate::edges::{ApiJson, ApiResult, Caller, RequestSession};
 use axum::{Extension, Json, extract::State, http::StatusCode};
 use cardpool_app::ssr::AppState;
 use cardpool_domain::{
-    account::{ChangePasswordRequest, Me, SignInRequest, SignUpRequest, UserSummary},
+    account::{ChangePasswordRequest, Me, SignInRequest, SignUpRequest},
     error::ErrorBody,
 };
 use cardpool_service::{
@@ -22,8 +22,6 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(get_me))
         .routes(routes!(change_password))
         .routes(routes!(enable_provider))
-        .routes(routes!(list_users))
-        .routes(routes!(grant_admin))
 }
 
 /// Creates an account and signs it in (sets the session cookie).
@@ -93,20 +91,4 @@ pub async fn change_password(
     responses((status = 200, body = Me), (status = 401, body = ErrorBody)))]
 pub async fn enable_provider(Caller(services, caller): Caller) -> ApiResult<Json<Me>> {
     Ok(Json(accounts::enable_provider(&services, &caller).await?))
-}
-
-/// Every account (admins only).
-#[utoipa::path(get, path = "/users", operation_id = "list_users", tag = "accounts",
-    responses((status = 200, body = Vec<UserSummary>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
-pub async fn list_users(Caller(services, caller): Caller) -> ApiResult<Json<Vec<UserSummary>>> {
-    Ok(Json(accounts::list_users(&services, &caller).await?))
-}
-
-/// Makes an account an admin (admins only).
-#[utoipa::path(post, path = "/users/{id}/admin", operation_id = "grant_admin", tag = "accounts",
-    params(("id" = i64, Path, description = "Account id")),
-    responses((status = 200, body = UserSummary), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
-pub async fn grant_admin(Caller(services, caller): Caller, id: PathId) -> ApiResult<Json<UserSummary>> {
-    let id = id.of("an account")?;
-    Ok(Json(accounts::grant_admin(&services, &caller, id).await?))
 }

@@ -5,6 +5,7 @@
 //! result. Errors become a JSON [`ErrorBody`] with the status from [`AppError::status`].
 
 mod accounts;
+mod admin;
 mod api_tokens;
 mod hosts;
 mod logs;
@@ -40,6 +41,7 @@ pub(crate) fn until_stopping<S: futures_util::Stream>(
 pub fn router() -> Router<AppState> {
     let (router, paths) = OpenApiRouter::new()
         .merge(accounts::routes())
+        .merge(admin::routes())
         .merge(api_tokens::routes())
         .merge(ssh_keys::routes())
         .merge(hosts::routes())
@@ -62,7 +64,7 @@ pub fn router() -> Router<AppState> {
     info(title = "Cardpool API", description = "The GPU marketplace's JSON API. Authenticate with a session cookie (browser) or `Authorization: Bearer <personal API token>`."),
     components(schemas(ErrorBody, cardpool_domain::offers::OfferSort)),
     modifiers(&SecuritySchemes),
-    tags((name = "accounts", description = "Sign-up, sign-in and profile"), (name = "tokens", description = "Personal API tokens"), (name = "hosts", description = "Provider hosts and their agents"), (name = "offers", description = "Marketplace search"), (name = "payments", description = "Wallet, top-ups, earnings, payouts and admin credits"), (name = "rentals", description = "Booking and running rentals"), (name = "telemetry", description = "GPU telemetry, live feeds, fleet and alerts"))
+    tags((name = "accounts", description = "Sign-up, sign-in and profile"), (name = "tokens", description = "Personal API tokens"), (name = "hosts", description = "Provider hosts and their agents"), (name = "offers", description = "Marketplace search"), (name = "payments", description = "Wallet, top-ups, earnings, payouts and admin credits"), (name = "rentals", description = "Booking and running rentals"), (name = "telemetry", description = "GPU telemetry, live feeds, fleet and alerts"), (name = "admin", description = "The admin console: accounts, host verification and delisting, suspensions, the audit log"))
 )]
 pub struct ApiDoc;
 

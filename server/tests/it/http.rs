@@ -272,7 +272,8 @@ async fn unauthenticated_and_forbidden(backend: Backend) {
     let renter_me = app.sign_up(&renter, "plain@example.com").await;
     assert_eq!(renter.get(app.url("/api/v1/users")).send().await.unwrap().status(), StatusCode::FORBIDDEN);
     let path = format!("/api/v1/users/{}/admin", renter_me["id"]);
-    assert_eq!(renter.post(app.url(&path)).send().await.unwrap().status(), StatusCode::FORBIDDEN);
+    let why = json!({"reason": "runs the night shift"});
+    assert_eq!(renter.post(app.url(&path)).json(&why).send().await.unwrap().status(), StatusCode::FORBIDDEN);
 
     cardpool_service::accounts::create_admin(&app.services, "boss@example.com", Some("boss password 123"))
         .await
@@ -281,7 +282,7 @@ async fn unauthenticated_and_forbidden(backend: Backend) {
     assert_eq!(app.sign_in(&admin, "boss@example.com", "boss password 123").await.status(), StatusCode::OK);
     let users: Value = app.get_json(&admin, "/api/v1/users").await;
     assert_eq!(users.as_array().unwrap().len(), 2);
-    let promoted: Value = admin.post(app.url(&path)).send().await.unwrap().json().await.unwrap();
+    let promoted: Value = admin.post(app.url(&path)).json(&why).send().await.unwrap().json().await.unwrap();
     assert_eq!(promoted["roles"]["admin"], true);
     assert_eq!(renter.get(app.url("/api/v1/users")).send().await.unwrap().status(), StatusCode::OK);
     assert_eq!(anon.get(app.url("/api/v1/nothing-here")).send().await.unwrap().status(), StatusCode::NOT_FOUND);

@@ -1,6 +1,6 @@
 //! The server's integration tests, one binary for all of them: a real server on a real socket
 //! per test (`common`), over a per-test database, on SQLite and PostgreSQL, with real agents,
-//! the local test-mode Stripe and the `cardpool` binary itself.
+//! the local test-mode Stripe, the `cardpool` binary itself and the renter's `cardpool-cli`.
 
 mod agents;
 mod cli;
@@ -14,6 +14,7 @@ mod pages;
 mod payments;
 mod payouts;
 mod rentals;
+mod renter_cli;
 mod security;
 mod ssh;
 mod survival;

@@ -101,6 +101,9 @@ fn audience(operation: &str) -> Option<&'static [Who]> {
         "list_users" | "grant_admin" | "admin_credit" | "list_admin_credits" | "get_fleet" | "acknowledge_alert" => {
             ADMIN
         }
+        // The admin console: each action with a reason, audited.
+        "revoke_admin" | "suspend_user" | "reinstate_user" | "verify_host" | "unverify_host" | "delist_host"
+        | "relist_host" | "list_audit" => ADMIN,
         _ => return None,
     })
 }
@@ -131,6 +134,8 @@ async fn world(app: &TestApp) -> World {
     let other_renter = testing::renter(s, "other-renter@example.com").dollars(100).await;
     let provider = testing::provider(s, "provider@example.com").await;
     let other_provider = testing::provider(s, "other-provider@example.com").await;
+    // Whom the admin console's account actions are tried on (nobody else's calls depend on it).
+    let suspect = testing::renter(s, "suspect@example.com").await;
     accounts::create_admin(s, "admin@example.com", Some(PASSWORD)).await.unwrap();
     let admin = accounts::principal_for_email(s, "admin@example.com").await.unwrap();
     let host = testing::host(s, &provider, "rig").gpus(2).await;
@@ -195,6 +200,13 @@ async fn world(app: &TestApp) -> World {
         ("update_host_pricing", host),
         ("set_host_listed", host),
         ("grant_admin", other_renter.user_id),
+        ("revoke_admin", suspect.user_id),
+        ("suspend_user", suspect.user_id),
+        ("reinstate_user", suspect.user_id),
+        ("verify_host", host),
+        ("unverify_host", host),
+        ("delist_host", host),
+        ("relist_host", host),
         ("acknowledge_alert", alert),
     ]);
     World { tokens, ids, rental, host }
@@ -235,6 +247,8 @@ fn body(operation: &str) -> Value {
             "spot_min_bid_micros": 800_000
         }),
         "change_bid" => json!({"bid_micros": 900_000}),
+        "grant_admin" | "revoke_admin" | "suspend_user" | "reinstate_user" | "verify_host" | "unverify_host"
+        | "delist_host" | "relist_host" => json!({"reason": "the matrix checks who may"}),
         _ => json!({}),
     }
 }

@@ -26,6 +26,10 @@ pub struct Model {
     pub self_test_at: Option<DateTimeUtc>,
     /// The agent connection that owns the host (`<replica>:<n>`, see `hosts::connect_host`).
     pub connection_id: Option<String>,
+    /// When an admin verified the host (the badge renters filter on).
+    pub verified_at: Option<DateTimeUtc>,
+    /// Why an admin took the host off the market; while set its provider cannot list it.
+    pub held_reason: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

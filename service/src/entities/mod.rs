@@ -4,6 +4,7 @@
 
 pub mod alerts;
 pub mod api_tokens;
+pub mod audit_log;
 pub mod enrollment_tokens;
 pub mod gpu_rollups;
 pub mod gpus;

@@ -13,6 +13,9 @@ pub struct Model {
     pub session_epoch: i64,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
+    /// When an admin suspended the account (it cannot sign in; its credentials stop working).
+    pub suspended_at: Option<DateTimeUtc>,
+    pub suspended_reason: Option<String>,
 }
 
 /// Hand-written so a password hash never reaches a log line.

@@ -283,6 +283,8 @@ fn summary(host: &hosts::Model, host_gpus: &[gpus::Model]) -> HostSummary {
         gpu_summary: models.iter().map(|(m, n)| format!("{n}× {m}")).collect::<Vec<_>>().join(", "),
         created_at: host.created_at,
         listed: host.listed,
+        verified: host.verified_at.is_some(),
+        held_reason: host.held_reason.clone(),
     }
 }
 
@@ -299,7 +301,7 @@ pub async fn list_hosts(services: &Services, principal: &Principal) -> AppResult
     Ok(rows.iter().map(|(host, host_gpus)| summary(host, host_gpus)).collect())
 }
 
-async fn visible_host(services: &Services, principal: &Principal, host_id: i64) -> AppResult<hosts::Model> {
+pub(crate) async fn visible_host(services: &Services, principal: &Principal, host_id: i64) -> AppResult<hosts::Model> {
     hosts::Entity::find_by_id(host_id)
         .one(&services.db)
         .await
@@ -364,25 +366,37 @@ pub fn host_facts(host: &hosts::Model) -> Option<HostFacts> {
     host.facts.as_deref().and_then(|f| serde_json::from_str(f).ok())
 }
 
-/// Revokes a host: its credential stops working at once.
+/// Revokes a host (its provider, or an admin: audited): its credential stops working at once.
 pub async fn revoke_host(services: &Services, principal: &Principal, host_id: i64) -> AppResult<()> {
     let host = visible_host(services, principal, host_id).await?;
     if host.revoked_at.is_some() {
         return Ok(());
     }
     let now = Utc::now();
+    let by = if host.provider_id == principal.user_id { "its provider" } else { "an admin" };
     let txn = crate::db::begin_write(&services.db).await.context("starting revocation")?;
+    let before = crate::admin::host_snapshot(&host);
     let mut row = host.into_active_model();
     row.revoked_at = Set(Some(now));
     row.status = Set(HostStatus::Revoked.as_str().into());
-    row.update(&txn).await.context("revoking host")?;
-    record_event(&txn, host_id, HostStatus::Revoked, "revoked by its provider", now).await?;
+    let host = row.update(&txn).await.context("revoking host")?;
+    record_event(&txn, host_id, HostStatus::Revoked, &format!("revoked by {by}"), now).await?;
+    if by == "an admin" {
+        let change = crate::admin::audit::Change {
+            action: cardpool_domain::admin::AuditAction::HostRevoke,
+            subject_id: host_id,
+            reason: "revoked from the admin console",
+            before,
+            after: crate::admin::host_snapshot(&host),
+        };
+        crate::admin::audit::record(&txn, Some(principal), change).await?;
+    }
     let stock_change = crate::stock::refresh_stock(&txn, host_id).await?;
     txn.commit().await.context("committing revocation")?;
     stock_change.published(services);
     tracing::info!(host.id = host_id, by = principal.user_id, "host revoked");
     // Its rentals end now, billed to this moment (the agent is cut off and runs nothing more).
-    crate::rentals::interrupt_host(services, host_id, Some(now), "the host was revoked by its provider").await?;
+    crate::rentals::interrupt_host(services, host_id, Some(now), &format!("the host was revoked by {by}")).await?;
     Ok(())
 }
 
@@ -469,6 +483,9 @@ pub async fn update_host_pricing(
 /// for every GPU model the host has.
 pub async fn set_host_listed(services: &Services, principal: &Principal, host_id: i64, listed: bool) -> AppResult<()> {
     let host = owned_host(services, principal, host_id).await?;
+    if let Some(reason) = host.held_reason.as_deref().filter(|_| listed) {
+        return Err(AppError::conflict(format!("Cardpool's admins delisted this host: {reason}")));
+    }
     if listed {
         let models = available_models(services, host.id).await?;
         if models.is_empty() {

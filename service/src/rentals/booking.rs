@@ -182,8 +182,8 @@ struct Quote {
     upfront: i64,
 }
 
-/// Prices the booking and checks the host (listed, online unless reserved, not the renter's
-/// own) and the renter's balance.
+/// Prices the booking and checks the host (listed, not held by an admin, online unless
+/// reserved, not the renter's own) and the renter's balance.
 async fn quote(
     txn: &DatabaseTransaction,
     principal: &Principal,
@@ -194,7 +194,7 @@ async fn quote(
         .one(txn)
         .await
         .context("loading host")?
-        .filter(|h| h.listed && h.revoked_at.is_none())
+        .filter(|h| h.listed && h.held_reason.is_none() && h.revoked_at.is_none())
         .ok_or_else(|| AppError::not_found("offer"))?;
     if host.status != HostStatus::Online.as_str() && request.kind != RentalKind::Reserved {
         return Err(AppError::conflict("this host is offline right now"));

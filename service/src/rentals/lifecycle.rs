@@ -4,7 +4,7 @@
 use super::{
     billing::settle_in,
     spot::reprice_spot,
-    state::{apply, load_for_update, owned_by, record},
+    state::{LIVE, apply, load_for_update, names, owned_by, record},
     views::dto,
 };
 use crate::{
@@ -57,9 +57,42 @@ pub async fn transition(services: &Services, rental_id: i64, next: RentalState, 
 /// The renter (or an admin) asks to stop. Billing ends now; the agent detaches and the rental
 /// ends. A reservation whose window has not begun is cancelled and refunded.
 pub async fn stop_rental(services: &Services, principal: &Principal, rental_id: i64) -> AppResult<Rental> {
+    stop(services, rental_id, "the renter", |rental| owned_by(rental, principal)).await
+}
+
+/// Stops every live rental of `renter` as [`stop_rental`] does, `by` saying who and why (an
+/// account suspension); returns how many it stopped. Rentals being preempted stop on their own.
+pub async fn stop_renters_rentals(services: &Services, renter: i64, by: &str) -> AppResult<usize> {
+    let live: Vec<i64> = rentals::Entity::find()
+        .filter(rentals::Column::RenterId.eq(renter))
+        .filter(rentals::Column::State.is_in(names(&LIVE)))
+        .all(&services.db)
+        .await
+        .context("finding the renter's rentals")?
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    let mut stopped = 0;
+    for id in live {
+        match stop(services, id, by, Ok).await {
+            Ok(_) => stopped += 1,
+            // Ended, stopping or preempting meanwhile: nothing more to do.
+            Err(AppError::Conflict(_)) => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(stopped)
+}
+
+async fn stop(
+    services: &Services,
+    rental_id: i64,
+    by: &str,
+    allowed: impl FnOnce(rentals::Model) -> AppResult<rentals::Model>,
+) -> AppResult<Rental> {
     let now = Utc::now();
     let txn = begin_write(&services.db).await.context("starting stop")?;
-    let rental = owned_by(load_for_update(&txn, rental_id).await?, principal)?;
+    let rental = allowed(load_for_update(&txn, rental_id).await?)?;
     let state = RentalState::parse(&rental.state).unwrap_or(RentalState::Failed);
     if state.is_terminal() || state == RentalState::Stopping {
         return Err(AppError::conflict(format!("this rental is already {}", state.as_str())));
@@ -70,13 +103,13 @@ pub async fn stop_rental(services: &Services, principal: &Principal, rental_id: 
     let host_id = rental.host_id;
     let rental = if rental.starts_at > now && state == RentalState::Requested {
         let reason = if rental.kind == RentalKind::Reserved.as_str() {
-            "cancelled by the renter before the window began; refunded"
+            format!("cancelled by {by} before the window began; refunded")
         } else {
-            "cancelled by the renter before it started"
+            format!("cancelled by {by} before it started")
         };
-        apply(&txn, rental, RentalState::Ended, reason, now).await?
+        apply(&txn, rental, RentalState::Ended, &reason, now).await?
     } else {
-        apply(&txn, rental, RentalState::Stopping, "stop requested by the renter", now).await?
+        apply(&txn, rental, RentalState::Stopping, &format!("stop requested by {by}"), now).await?
     };
     let rental = after_change(services, &txn, rental, now).await?;
     let stock_change = stock::refresh_stock(&txn, host_id).await?;

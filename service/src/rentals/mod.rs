@@ -32,7 +32,9 @@ pub use allocation::{FreeGpu, choose_gpus};
 pub use billing::{settle, settle_all};
 pub use booking::book_offer;
 pub use commands::commands_for_host;
-pub use lifecycle::{reconcile_running, record_workload_status, set_notice, stop_rental, transition};
+pub use lifecycle::{
+    reconcile_running, record_workload_status, set_notice, stop_rental, stop_renters_rentals, transition,
+};
 pub use pricing::{clearing_price, cost};
 pub use schedules::{interrupt_host, run_schedules};
 pub use spot::change_bid;

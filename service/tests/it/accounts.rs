@@ -5,7 +5,7 @@ use cardpool_domain::{
     account::{ChangePasswordRequest, CreateApiTokenRequest, SignInRequest, SignUpRequest},
 };
 use cardpool_service::{
-    Services, Settings, accounts, api_tokens,
+    Services, Settings, accounts, admin, api_tokens,
     auth::{Credential, Principal},
     backend_tests,
     entities::{api_tokens as token_rows, users},
@@ -143,8 +143,11 @@ async fn roles_are_checked_in_the_service(backend: Backend) {
     let (_db, services) = setup(backend).await;
     let renter = principal(&services, "fi@example.com").await;
     let other = principal(&services, "gu@example.com").await;
-    assert!(matches!(accounts::list_users(&services, &renter).await, Err(AppError::Forbidden(_))));
-    assert!(matches!(accounts::grant_admin(&services, &renter, other.user_id).await, Err(AppError::Forbidden(_))));
+    assert!(matches!(accounts::list_users(&services, &renter, None).await, Err(AppError::Forbidden(_))));
+    assert!(matches!(
+        admin::set_admin(&services, &renter, other.user_id, true, "needs it").await,
+        Err(AppError::Forbidden(_))
+    ));
 
     let me = accounts::enable_provider(&services, &renter).await.unwrap();
     assert!(me.roles.provider && !me.roles.admin);
@@ -155,10 +158,10 @@ async fn roles_are_checked_in_the_service(backend: Backend) {
     );
     let admin = Principal { roles: accounts::get_me(&services, &renter).await.unwrap().roles, ..renter };
     assert!(admin.roles.admin);
-    assert_eq!(accounts::list_users(&services, &admin).await.unwrap().len(), 2);
-    let promoted = accounts::grant_admin(&services, &admin, other.user_id).await.unwrap();
+    assert_eq!(accounts::list_users(&services, &admin, None).await.unwrap().len(), 2);
+    let promoted = admin::set_admin(&services, &admin, other.user_id, true, "runs the night shift").await.unwrap();
     assert!(promoted.roles.admin);
-    assert!(matches!(accounts::grant_admin(&services, &admin, 9999).await, Err(AppError::NotFound(_))));
+    assert!(matches!(admin::set_admin(&services, &admin, 9999, true, "nobody").await, Err(AppError::NotFound(_))));
 
     assert_eq!(
         accounts::create_admin(&services, "root@example.com", Some("operator password")).await.unwrap(),

@@ -4,6 +4,7 @@
 //! `cardpool_service::testing`.
 
 mod accounts;
+mod admin;
 mod fuzz_corpus;
 mod hosts;
 mod ledger;

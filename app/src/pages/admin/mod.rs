@@ -1,19 +1,21 @@
-//! Admin: every account, promoting one to admin, and wallet credits and refunds with their
-//! audit trail.
+//! The admin console: the fleet, accounts ([`users`]), hosts ([`hosts`]), wallet credits and
+//! refunds, and the audit log of every admin action ([`audit`]). Pages are built for admins
+//! only ([`admins_only`]); the service checks again on every call.
+
+pub mod audit;
+pub mod hosts;
+pub mod users;
 
 use crate::{
     components::{
         form::{Field, FormAlert, SubmitButton, field_error, form_error},
-        kit::{Await, AwaitList, Col, DataTable},
+        kit::{AwaitList, Col, DataTable},
         money::dollars,
         session::RequireSignIn,
     },
-    server_fns::{
-        accounts::{GrantAdmin, list_users},
-        payments::{AdminCredit, list_admin_credits},
-    },
+    server_fns::payments::{AdminCredit, list_admin_credits},
 };
-use cardpool_domain::account::{UserSummary, Viewer};
+use cardpool_domain::account::Viewer;
 use leptos::prelude::*;
 use leptos_meta::Title;
 
@@ -36,19 +38,13 @@ pub(crate) fn admins_only<V: IntoView + 'static>(me: Viewer, page: impl FnOnce()
 #[component]
 fn AdminTabs() -> impl IntoView {
     view! {
-        <nav aria-label="Admin" class="mb-6 flex gap-2 border-b border-slate-200 pb-3">
+        <nav aria-label="Admin" class="mb-6 flex flex-wrap gap-2 border-b border-slate-200 pb-3">
             <leptos_router::components::A href="/admin/fleet" attr:class="nav-link">"Fleet"</leptos_router::components::A>
+            <leptos_router::components::A href="/admin/hosts" attr:class="nav-link">"Hosts"</leptos_router::components::A>
             <leptos_router::components::A href="/admin/users" attr:class="nav-link">"Users"</leptos_router::components::A>
             <leptos_router::components::A href="/admin/credits" attr:class="nav-link">"Credits & refunds"</leptos_router::components::A>
+            <leptos_router::components::A href="/admin/audit" attr:class="nav-link">"Audit log"</leptos_router::components::A>
         </nav>
-    }
-}
-
-#[component]
-pub fn AdminUsersPage() -> impl IntoView {
-    view! {
-        <Title text="Users · Admin" />
-        <RequireSignIn children=|me: Viewer| admins_only(me, || view! { <AdminUsers /> }) />
     }
 }
 
@@ -118,47 +114,5 @@ fn AdminCredits() -> impl IntoView {
                 </DataTable>
             } />
         </section>
-    }
-}
-
-#[component]
-fn AdminUsers() -> impl IntoView {
-    let grant = ServerAction::<GrantAdmin>::new();
-    let users = Resource::new(move || grant.version().get(), |_| list_users());
-    view! {
-        <h1 class="text-2xl font-bold text-slate-900">"Users"</h1>
-        <section class="card mt-6">
-            <Await resource=users loading="Loading users…" ready=move |list| view! { <UserTable users=list grant /> } />
-        </section>
-    }
-}
-
-#[component]
-fn UserTable(users: Vec<UserSummary>, grant: ServerAction<GrantAdmin>) -> impl IntoView {
-    view! {
-        <DataTable columns=vec![Col::new("Email"), Col::new("Roles"), Col::new("Joined"), Col::actions("Actions")]>
-            {users.into_iter().map(|user| {
-                let roles = [(true, "renter"), (user.roles.provider, "provider"), (user.roles.admin, "admin")]
-                    .into_iter()
-                    .filter_map(|(on, name)| on.then_some(name))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                view! {
-                    <tr>
-                        <td class="py-3 pr-4 font-medium text-slate-900">{user.email.clone()}</td>
-                        <td class="py-3 pr-4 text-slate-600">{roles}</td>
-                        <td class="py-3 pr-4 text-slate-600">{user.created_at.format("%Y-%m-%d").to_string()}</td>
-                        <td class="py-3 text-right">
-                            {(!user.roles.admin).then(|| view! {
-                                <ActionForm action=grant>
-                                    <input type="hidden" name="user_id" value=user.id />
-                                    <button type="submit" class="btn-secondary">"Make admin"</button>
-                                </ActionForm>
-                            })}
-                        </td>
-                    </tr>
-                }
-            }).collect_view()}
-        </DataTable>
     }
 }
