@@ -38,10 +38,16 @@ has "as renter@demo.cardpool.dev"
 expect 0 whoami --json
 [[ $(json 'd["email"]') == renter@demo.cardpool.dev ]] || fail "whoami"
 
+# The demo's hosts report, get priced and listed within seconds of the server's start.
+warsaw='[o["host_id"] for o in d["offers"] if (o["location"] or "").startswith("Warsaw")]'
+for _ in $(seq 60); do
+  expect 0 offers --json --per-page 100
+  [[ $(json "$warsaw") != "[]" ]] && break
+  sleep 1
+done
+host=$(json "$warsaw[0]") || fail "no Warsaw offer on the demo market within a minute"
 expect 0 offers --sort price
 has "RTX 4090"
-expect 0 offers --json --per-page 100
-host=$(json '[o["host_id"] for o in d["offers"] if (o["location"] or "").startswith("Warsaw")][0]')
 
 ssh-keygen -q -t ed25519 -N "" -C cli-check -f "$home/key"
 expect 8 rent --host "$host" --bid "a lot"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, unit/service/HTTP tests on SQLite and PostgreSQL,
-# the README's run command checked on the release build (scripts/run.sh --check), schemathesis
-# against the API of that release server, then Playwright in Chromium against it on SQLite and
+# the README's run command checked on the release build (scripts/run.sh --check), the renter's
+# CLI (scripts/cli-check.sh) and schemathesis against that release server, then Playwright in Chromium against it on SQLite and
 # against a two-replica cluster on PostgreSQL and NATS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,11 +49,13 @@ rm -rf end2end/screenshots
 # Playwright empties end2end/test-results/ when it starts, so the servers log beside the build.
 mkdir -p target/e2e-logs
 
-# The renter's CLI, the binary, and then the API's contract (schemathesis) against a fresh
-# release demo (their own, since they book, add keys and tokens as the demo renter).
+# The renter's CLI, the binary, and then the API's contract (schemathesis), each against a
+# fresh release demo of its own (both book, add keys and tokens as the demo renter).
 say "cardpool-cli and schemathesis against the release demo"
-start_server "$PWD/target/release/cardpool" target/e2e-logs/server-schemathesis.log --demo --site-root "$PWD/target/site"
+start_server "$PWD/target/release/cardpool" target/e2e-logs/server-cli.log --demo --site-root "$PWD/target/site"
 ./scripts/cli-check.sh target/debug/cardpool-cli "$SERVER_URL"
+stop_server
+start_server "$PWD/target/release/cardpool" target/e2e-logs/server-schemathesis.log --demo --site-root "$PWD/target/site"
 ./scripts/schemathesis.sh "$SERVER_URL"
 stop_server
 

@@ -24,6 +24,8 @@ pub fn check_reason(reason: &str) -> Result<String, AppError> {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AdminActionRequest {
+    /// Why, in 3 to 500 printable characters (kept in the audit log).
+    #[cfg_attr(feature = "openapi", schema(min_length = 3, max_length = 500))]
     pub reason: String,
 }
 

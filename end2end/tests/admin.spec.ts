@@ -24,6 +24,14 @@ test("an admin verifies, delists and suspends, and the audit log says who did wh
   await page.goto("/admin/hosts");
   await hydrated(page);
   const host = page.getByTestId("admin-host-row").filter({ hasText: "pdx-a100-01" });
+  await expect(host).toBeVisible();
+  // Verified by an earlier run against this server (the other browser project): start over.
+  if (await host.getByTestId("verified").count()) {
+    await apply(host, "unverify", "checking the badge again");
+    await expect(host.getByTestId("verified")).toHaveCount(0);
+    await page.reload();
+    await hydrated(page);
+  }
   await apply(host, "verify", "passed the 24 h burn-in");
   await expect(page.getByRole("status")).toContainText("pdx-a100-01 is verified");
   await expect(host.getByTestId("verified")).toBeVisible();
@@ -58,6 +66,9 @@ test("an admin verifies, delists and suspends, and the audit log says who did wh
   await expect(user.getByTestId("suspended")).toBeVisible();
   const me = await theirPage.request.get("/api/v1/me");
   expect(me.status()).toBe(401);
+  // A fresh page: the row's menu that was just used is still open.
+  await page.reload();
+  await hydrated(page);
   await apply(user, "reinstate", "the card holder confirmed");
   await expect(user.getByTestId("suspended")).toHaveCount(0);
   await theirs.close();
@@ -76,6 +87,7 @@ test("an admin verifies, delists and suspends, and the audit log says who did wh
   await page.getByLabel("Action").selectOption("host.delist");
   await page.getByRole("button", { name: "Filter" }).click();
   await expect(page).toHaveURL(/action=host.delist/);
-  await expect(rows).toHaveCount(1);
+  // Only delistings (this server may have more than this run's, from the other browser project).
   await expect(rows.first()).toContainText("maintenance: swapping a PSU");
+  for (const row of await rows.all()) await expect(row).toContainText("host.delist");
 });

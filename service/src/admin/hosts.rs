@@ -30,7 +30,7 @@ pub async fn set_verified(
     reason: &str,
 ) -> AppResult<HostSummary> {
     let action = if verified { AuditAction::HostVerify } else { AuditAction::HostUnverify };
-    change(services, principal, host_id, action, reason, |row| {
+    change(services, principal, host_id, action, reason, |row, _| {
         if row.verified_at.is_some() == verified {
             return Err(AppError::conflict(if verified {
                 "this host is verified already"
@@ -53,8 +53,7 @@ pub async fn set_delisted(
     reason: &str,
 ) -> AppResult<HostSummary> {
     let action = if delisted { AuditAction::HostDelist } else { AuditAction::HostRelist };
-    let held = check_reason(reason)?;
-    change(services, principal, host_id, action, reason, move |row| {
+    change(services, principal, host_id, action, reason, move |row, reason| {
         if row.held_reason.is_some() == delisted {
             return Err(AppError::conflict(if delisted {
                 "this host is delisted already"
@@ -62,7 +61,7 @@ pub async fn set_delisted(
                 "this host is not delisted"
             }));
         }
-        row.held_reason = delisted.then_some(held);
+        row.held_reason = delisted.then(|| reason.to_owned());
         Ok(())
     })
     .await
@@ -75,7 +74,7 @@ async fn change(
     host_id: i64,
     action: AuditAction,
     reason: &str,
-    edit: impl FnOnce(&mut hosts::Model) -> AppResult<()>,
+    edit: impl FnOnce(&mut hosts::Model, &str) -> AppResult<()>,
 ) -> AppResult<HostSummary> {
     principal.require_admin()?;
     let reason = check_reason(reason)?;
@@ -86,7 +85,7 @@ async fn change(
     }
     let before = snapshot(&host);
     let mut edited = host.clone();
-    edit(&mut edited)?;
+    edit(&mut edited, &reason)?;
     let mut row = host.into_active_model();
     row.verified_at = Set(edited.verified_at);
     row.held_reason = Set(edited.held_reason.clone());
