@@ -59,6 +59,40 @@ pub enum Command {
     Wallet,
     /// Start a top-up: prints the checkout URL to pay at.
     TopUp { amount: String },
+    /// Your daily and monthly spend limits and what you spent; --daily/--monthly set them.
+    Limits(Limits),
+    /// Cap one live on-demand or spot rental's cost or duration.
+    Cap(Cap),
+    /// What Cardpool told you (rental changes, limits, low balance), newest first.
+    Notifications(Notifications),
+}
+
+#[derive(Debug, Args)]
+pub struct Limits {
+    /// The most to spend on rentals per UTC day, dollars (`none` removes the limit).
+    #[arg(long)]
+    pub daily: Option<String>,
+    /// The most to spend on rentals per UTC month, dollars (`none` removes the limit).
+    #[arg(long)]
+    pub monthly: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct Cap {
+    pub rental: i64,
+    /// The most the rental may cost in all, dollars (`none` removes the cap).
+    #[arg(long)]
+    pub max_cost: Option<String>,
+    /// The most hours it may bill, e.g. 2 or 1.5 (`none` removes the cap).
+    #[arg(long)]
+    pub max_hours: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct Notifications {
+    /// Mark them read after showing them.
+    #[arg(long)]
+    pub read: bool,
 }
 
 #[derive(Debug, Args)]
@@ -176,6 +210,12 @@ pub struct Rent {
     /// Stop the rental on its own when its GPUs sit idle.
     #[arg(long)]
     pub stop_when_idle: bool,
+    /// On-demand and spot: stop the rental once it has cost this much, dollars.
+    #[arg(long)]
+    pub max_cost: Option<String>,
+    /// On-demand and spot: stop the rental after this many hours, e.g. 2 or 1.5.
+    #[arg(long)]
+    pub max_hours: Option<String>,
     /// Wait until the rental is running (or fails), showing its progress.
     #[arg(long)]
     pub wait: bool,

@@ -14,6 +14,7 @@ pub mod api;
 pub mod args;
 pub mod credentials;
 pub mod failure;
+mod limits;
 mod logs;
 mod market;
 mod rentals;
@@ -134,5 +135,8 @@ async fn dispatch(cli: Cli, console: &mut Console<'_>) -> Outcome {
         Command::Bid { rental, bid } => rentals::bid(&mut ctx, rental, &bid).await,
         Command::Wallet => wallet::wallet(&mut ctx).await,
         Command::TopUp { amount } => wallet::top_up(&mut ctx, &amount).await,
+        Command::Limits(limits) => limits::limits(&mut ctx, &limits).await,
+        Command::Cap(cap) => limits::cap(&mut ctx, &cap).await,
+        Command::Notifications(list) => limits::notifications(&mut ctx, &list).await,
     }
 }

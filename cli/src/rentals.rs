@@ -55,6 +55,8 @@ pub async fn rent(ctx: &mut Ctx<'_, '_>, rent: &Rent) -> Outcome {
         starts_at: rent.start.clone().unwrap_or_default(),
         hours: rent.hours.clone().unwrap_or_default(),
         stop_when_idle: rent.stop_when_idle.then(|| "on".to_owned()),
+        max_cost: rent.max_cost.clone().unwrap_or_default(),
+        max_hours: rent.max_hours.clone().unwrap_or_default(),
     };
     let request = form.parse()?;
     let booked: Rental = ctx.call(Method::POST, "/rentals", &request).await?;

@@ -3,7 +3,10 @@
 //! One state machine serves every rental kind. Each transition is recorded with its time and
 //! reason; billing reads the transitions (ready → stop), never telemetry.
 
-use crate::offers::RentalKind;
+use crate::{
+    limits::{RentalLimits, parse_optional_dollars, parse_optional_hours},
+    offers::RentalKind,
+};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -133,6 +136,9 @@ pub struct BookOfferRequest {
     /// Stop the rental on its own when its GPUs sit idle (see the idle alert).
     #[serde(default)]
     pub stop_when_idle: bool,
+    /// On-demand and spot: stop the rental at this cost or billed duration.
+    #[serde(default)]
+    pub limits: RentalLimits,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -167,6 +173,9 @@ pub struct Rental {
     /// A warning for the renter (low balance, preemption notice), if any.
     pub notice: Option<String>,
     pub stop_when_idle: bool,
+    /// The renter's caps on this rental's cost and duration.
+    #[serde(default)]
+    pub limits: RentalLimits,
     pub created_at: chrono::DateTime<chrono::Utc>,
 }
 
@@ -197,6 +206,12 @@ pub struct BookingForm {
     /// A checkbox: present ("on") when ticked.
     #[serde(default)]
     pub stop_when_idle: Option<String>,
+    /// On-demand and spot: the most the rental may cost, dollars; blank for no cap.
+    #[serde(default)]
+    pub max_cost: String,
+    /// On-demand and spot: the most hours it may bill; blank for no cap.
+    #[serde(default)]
+    pub max_hours: String,
 }
 
 impl BookingForm {
@@ -234,6 +249,16 @@ impl BookingForm {
         } else {
             (None, None)
         };
+        let limits = RentalLimits {
+            max_cost_micros: parse_optional_dollars(&self.max_cost, "max_cost", &mut fields),
+            max_duration_secs: parse_optional_hours(&self.max_hours, "max_hours", &mut fields),
+        };
+        if let Err(crate::AppError::Validation { fields: wrong, .. }) = limits.checked() {
+            for (name, message) in wrong {
+                let name = if name == "max_cost_micros" { "max_cost" } else { "max_hours" };
+                fields.insert(name.into(), message);
+            }
+        }
         if !fields.is_empty() {
             return Err(crate::AppError::invalid_fields(fields));
         }
@@ -252,6 +277,7 @@ impl BookingForm {
             starts_at,
             hours,
             stop_when_idle: self.stop_when_idle.is_some(),
+            limits,
         })
     }
 }

@@ -23,6 +23,7 @@ mod m20261201_000013_hardening;
 mod m20261201_000014_hashed_sessions;
 mod m20261202_000015_replicas;
 mod m20261203_000016_admin_console;
+mod m20261203_000017_limits_and_notifications;
 
 pub struct Migrator;
 
@@ -46,6 +47,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000014_hashed_sessions::Migration),
             Box::new(m20261202_000015_replicas::Migration),
             Box::new(m20261203_000016_admin_console::Migration),
+            Box::new(m20261203_000017_limits_and_notifications::Migration),
         ]
     }
 }

@@ -116,6 +116,13 @@ pub struct Config {
     /// Minutes a rented GPU may sit idle before the renter is told (or the rental stopped,
     /// if they asked for that at booking).
     pub idle_gpu_minutes: u32,
+    /// Let webhooks use `http://` and addresses on this machine or its private networks (for
+    /// development; in production it would let accounts make the server call its neighbours).
+    pub webhooks_allow_local: bool,
+    /// The first webhook retry's delay, seconds (each later one waits three times longer).
+    pub webhook_retry_base_secs: u64,
+    /// Attempts before a webhook delivery is given up.
+    pub webhook_max_attempts: u32,
 }
 
 impl Default for Config {
@@ -158,6 +165,9 @@ impl Default for Config {
             ssh_host_key: PathBuf::from("cardpool-ssh-host-key"),
             ssh_public_host: None,
             ssh_public_port: None,
+            webhooks_allow_local: false,
+            webhook_retry_base_secs: 10,
+            webhook_max_attempts: 8,
         }
     }
 }
@@ -232,6 +242,11 @@ impl Config {
             // Set once the gateway is listening (see `crate::ssh::endpoint`).
             ssh: None,
             nats_url: self.nats_url.as_ref().map(|url| url.expose().to_owned()),
+            webhooks: cardpool_service::notify::webhooks::WebhookSettings {
+                allow_local_targets: self.webhooks_allow_local,
+                retry_base_secs: self.webhook_retry_base_secs.max(1),
+                max_attempts: self.webhook_max_attempts.clamp(1, 20),
+            },
         }
     }
 }

@@ -192,6 +192,10 @@ async fn serve(config_file: Option<&std::path::Path>, args: ServeArgs) -> anyhow
     let url = config.public_url.clone().unwrap_or_else(|| format!("http://{local}"));
     let mut settings = config.service_settings();
     settings.payments.public_url = url.trim_end_matches('/').to_owned();
+    if args.demo {
+        // The demo runs on one machine: its webhooks go to receivers on it.
+        settings.webhooks.allow_local_targets = true;
+    }
     let ssh = if config.ssh_enabled {
         let key = cardpool_server::ssh::load_or_create_host_key(&config.ssh_host_key)?;
         let listener = tokio::net::TcpListener::bind(config.ssh_addr)

@@ -2,14 +2,15 @@
 //! only while it leads (`cardpool_service::leader`), so each sweep runs once per cluster.
 
 use cardpool_service::{
-    Services, hosts, leader::Leadership, ledger, payouts, rentals, session_store::DbSessionStore, telemetry,
+    Services, hosts, leader::Leadership, ledger, notify::delivery, payouts, rentals, session_store::DbSessionStore,
+    telemetry,
 };
 use std::time::Duration;
 use tokio::task::JoinSet;
 use tower_sessions::ExpiredDeletion;
 
 /// Starts the background workers: the host liveness reaper, rental billing and schedules
-/// (reservation windows, scheduled preemptions), expired-session cleanup, the retry of payouts
+/// (reservation windows, scheduled preemptions), webhook deliveries, expired-session cleanup, the retry of payouts
 /// Stripe has not confirmed, the telemetry retention policy, the sign-in throttle's sweep, and
 /// an hourly audit of the ledger.
 ///
@@ -46,6 +47,20 @@ fn start(
             every.tick().await;
             if let Err(err) = rentals::settle_all(&biller).await {
                 tracing::warn!(error = %err, "rental billing failed; will retry");
+            }
+        }
+    });
+    let courier = services.clone();
+    workers.spawn(async move {
+        let sender = match delivery::Sender::new(&courier.settings.webhooks) {
+            Ok(sender) => sender,
+            Err(err) => return tracing::error!(error = %err, "webhooks cannot be delivered"),
+        };
+        let mut every = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            every.tick().await;
+            if let Err(err) = delivery::deliver_due(&courier, &sender).await {
+                tracing::warn!(error = %err, "webhook delivery failed; will retry");
             }
         }
     });

@@ -27,6 +27,7 @@ pub mod hosts;
 pub mod leader;
 pub mod ledger;
 pub mod logs;
+pub mod notify;
 pub mod offers;
 pub mod passwords;
 pub mod payments;
@@ -36,6 +37,7 @@ pub mod rentals;
 pub mod secrets;
 pub mod session_store;
 pub mod signals;
+pub mod spending;
 pub mod ssh_access;
 pub mod stock;
 pub mod stripe;
@@ -63,6 +65,7 @@ pub struct Settings {
     pub ssh: Option<ssh_access::SshEndpoint>,
     /// The NATS server replicas share notes and telemetry through; `None` for one process.
     pub nats_url: Option<String>,
+    pub webhooks: notify::webhooks::WebhookSettings,
 }
 
 /// Rental tunables.

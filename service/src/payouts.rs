@@ -269,12 +269,24 @@ async fn execute_payout(services: &Services, row: payouts::Model) -> AppResult<p
     let now = Utc::now();
     match result {
         Ok(transfer_id) => {
+            let txn = begin_write(&services.db).await.context("starting payout record")?;
+            let notice = crate::notify::Notice::new(
+                row.user_id,
+                cardpool_domain::notifications::EventKind::PayoutPaid,
+                format!("Payout of ${} paid", format_dollars(row.amount_micros)),
+                format!("${} of your earnings is on its way to your bank account.", format_dollars(row.amount_micros)),
+            )
+            .data(serde_json::json!({ "payout_id": row.id, "amount_micros": row.amount_micros }))
+            .once(format!("payout:{}", row.id));
             let mut update = row.into_active_model();
             update.status = Set(PayoutStatus::Paid.as_str().into());
             update.stripe_transfer_id = Set(Some(transfer_id));
             update.attempts = Set(attempts);
             update.updated_at = Set(now);
-            update.update(&services.db).await.context("recording transfer")
+            let row = update.update(&txn).await.context("recording transfer")?;
+            crate::notify::emit(&txn, notice, now).await?;
+            txn.commit().await.context("committing payout record")?;
+            Ok(row)
         }
         Err(err @ (AppError::Conflict(_) | AppError::PaymentRequired(_))) => {
             tracing::warn!(payout.id = row.id, error = %err, "transfer refused; reversing payout");

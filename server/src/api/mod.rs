@@ -9,6 +9,7 @@ mod admin;
 mod api_tokens;
 mod hosts;
 mod logs;
+mod notifications;
 mod offers;
 pub(crate) mod payments;
 mod rentals;
@@ -46,6 +47,7 @@ pub fn router() -> Router<AppState> {
         .merge(ssh_keys::routes())
         .merge(hosts::routes())
         .merge(logs::routes())
+        .merge(notifications::routes())
         .merge(offers::routes())
         .merge(payments::routes())
         .merge(rentals::routes())
@@ -64,7 +66,7 @@ pub fn router() -> Router<AppState> {
     info(title = "Cardpool API", description = "The GPU marketplace's JSON API. Authenticate with a session cookie (browser) or `Authorization: Bearer <personal API token>`."),
     components(schemas(ErrorBody, cardpool_domain::offers::OfferSort)),
     modifiers(&SecuritySchemes),
-    tags((name = "accounts", description = "Sign-up, sign-in and profile"), (name = "tokens", description = "Personal API tokens"), (name = "hosts", description = "Provider hosts and their agents"), (name = "offers", description = "Marketplace search"), (name = "payments", description = "Wallet, top-ups, earnings, payouts and admin credits"), (name = "rentals", description = "Booking and running rentals"), (name = "telemetry", description = "GPU telemetry, live feeds, fleet and alerts"), (name = "admin", description = "The admin console: accounts, host verification and delisting, suspensions, the audit log"))
+    tags((name = "accounts", description = "Sign-up, sign-in and profile"), (name = "tokens", description = "Personal API tokens"), (name = "hosts", description = "Provider hosts and their agents"), (name = "offers", description = "Marketplace search"), (name = "payments", description = "Wallet, top-ups, earnings, payouts and admin credits"), (name = "rentals", description = "Booking and running rentals"), (name = "telemetry", description = "GPU telemetry, live feeds, fleet and alerts"), (name = "admin", description = "The admin console: accounts, host verification and delisting, suspensions, the audit log"), (name = "notifications", description = "Notifications, signed webhooks and spend limits"))
 )]
 pub struct ApiDoc;
 

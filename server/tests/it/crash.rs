@@ -101,6 +101,7 @@ fn booking(host_id: i64, gpu_count: u32, reserve_at: Option<chrono::DateTime<chr
         starts_at: reserve_at,
         hours: reserve_at.map(|_| 1),
         stop_when_idle: false,
+        limits: Default::default(),
     }
 }
 

@@ -150,6 +150,7 @@ async fn world(app: &TestApp) -> World {
         starts_at: None,
         hours: None,
         stop_when_idle: false,
+        limits: Default::default(),
     };
     let rental = rentals::book_offer(s, &renter, &booking).await.unwrap().id;
     let top_up = payments::create_top_up(s, &renter, &CreateTopUpRequest { amount: "20".into() }).await.unwrap();

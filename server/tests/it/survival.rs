@@ -123,6 +123,7 @@ async fn a_server_restart_interrupts_nothing(backend: Backend) {
         starts_at: None,
         hours: None,
         stop_when_idle: false,
+        limits: Default::default(),
     };
     let rental = rentals::book_offer(services, &renter, &request).await.unwrap();
     rentals::record_workload_status(services, host_id, rental.id, &cardpool_protocol::WorkloadStatus::Ready)

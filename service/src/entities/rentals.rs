@@ -41,6 +41,10 @@ pub struct Model {
     pub stop_when_idle: bool,
     /// Reserved: when the workload exited inside the window (the GPUs stay held until its end).
     pub workload_exited_at: Option<DateTimeUtc>,
+    /// The renter's cap on what this rental may cost, micro-dollars.
+    pub max_cost_micros: Option<i64>,
+    /// The renter's cap on how long this rental may bill, seconds.
+    pub max_duration_secs: Option<i64>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

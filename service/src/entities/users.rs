@@ -16,6 +16,9 @@ pub struct Model {
     /// When an admin suspended the account (it cannot sign in; its credentials stop working).
     pub suspended_at: Option<DateTimeUtc>,
     pub suspended_reason: Option<String>,
+    /// The most this account spends on rentals per UTC day / month, micro-dollars.
+    pub daily_limit_micros: Option<i64>,
+    pub monthly_limit_micros: Option<i64>,
 }
 
 /// Hand-written so a password hash never reaches a log line.

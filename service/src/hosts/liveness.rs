@@ -172,6 +172,16 @@ async fn set_offline(services: &Services, host_id: i64, reason: &str) -> AppResu
     let mut stock_change = None;
     if changed {
         record_event(&txn, host_id, HostStatus::Offline, reason, now).await?;
+        if let Some(host) = hosts::Entity::find_by_id(host_id).one(&txn).await.context("loading host")? {
+            let notice = crate::notify::Notice::new(
+                host.provider_id,
+                cardpool_domain::notifications::EventKind::HostOffline,
+                format!("Host {} is offline", host.hostname),
+                format!("{} stopped answering ({reason}); its running rentals were interrupted.", host.hostname),
+            )
+            .data(serde_json::json!({ "host_id": host_id, "host_name": host.hostname, "reason": reason }));
+            crate::notify::emit(&txn, notice, now).await?;
+        }
         crate::alerts::raise(&txn, AlertKind::HostOffline, host_id, None, None, format!("host went offline: {reason}"))
             .await?;
         stock_change = Some(crate::stock::refresh_stock(&txn, host_id).await?);

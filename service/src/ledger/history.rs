@@ -160,7 +160,39 @@ pub async fn credits_since(conn: &impl ConnectionTrait, book: Book, since: DateT
     let Some(account) = find_account_row(conn, &book.code()).await? else {
         return Ok(0);
     };
-    let first: Option<i64> = ledger_transactions::Entity::find()
+    let Some(first) = first_transaction_since(conn, since).await? else { return Ok(0) };
+    let mut sql = Sql::new(conn.get_database_backend());
+    let (account, first) = (sql.bind(account.id), sql.bind(first));
+    let text = format!(
+        "SELECT CAST(COALESCE(SUM(amount_micros), 0) AS BIGINT) AS total FROM ledger_postings \
+         WHERE ledger_account_id = {account} AND amount_micros > 0 AND transaction_id >= {first}"
+    );
+    sum(conn, sql, text).await
+}
+
+/// What `renter` committed to rentals at or after `since` (the spend limits' measure): usage
+/// charged to the wallet and reservations prepaid, less released holds and usage refunds,
+/// never below zero. Read like [`credits_since`]: one range of the wallet's postings.
+pub async fn rental_spend_since(conn: &impl ConnectionTrait, renter: i64, since: DateTime<Utc>) -> AppResult<i64> {
+    let Some(account) = find_account_row(conn, &Book::Wallet(renter).code()).await? else {
+        return Ok(0);
+    };
+    let Some(first) = first_transaction_since(conn, since).await? else { return Ok(0) };
+    let mut sql = Sql::new(conn.get_database_backend());
+    let (account, first) = (sql.bind(account.id), sql.bind(first));
+    let text = format!(
+        "SELECT CAST(COALESCE(SUM(-p.amount_micros), 0) AS BIGINT) AS total FROM ledger_postings p \
+         JOIN ledger_transactions t ON t.id = p.transaction_id \
+         WHERE p.ledger_account_id = {account} AND p.transaction_id >= {first} \
+         AND t.kind IN ('usage', 'hold', 'release', 'usage_refund')"
+    );
+    Ok(sum(conn, sql, text).await?.max(0))
+}
+
+/// The first transaction made at or after `since` (ids grow with time), through the index on
+/// transaction time.
+async fn first_transaction_since(conn: &impl ConnectionTrait, since: DateTime<Utc>) -> AppResult<Option<i64>> {
+    ledger_transactions::Entity::find()
         .select_only()
         .column(ledger_transactions::Column::Id)
         .filter(ledger_transactions::Column::CreatedAt.gte(since))
@@ -170,13 +202,5 @@ pub async fn credits_since(conn: &impl ConnectionTrait, book: Book, since: DateT
         .into_tuple()
         .one(conn)
         .await
-        .context("finding the window's first transaction")?;
-    let Some(first) = first else { return Ok(0) };
-    let mut sql = Sql::new(conn.get_database_backend());
-    let (account, first) = (sql.bind(account.id), sql.bind(first));
-    let text = format!(
-        "SELECT CAST(COALESCE(SUM(amount_micros), 0) AS BIGINT) AS total FROM ledger_postings \
-         WHERE ledger_account_id = {account} AND amount_micros > 0 AND transaction_id >= {first}"
-    );
-    sum(conn, sql, text).await
+        .context("finding the window's first transaction")
 }

@@ -30,7 +30,7 @@ mod audit;
 mod history;
 
 pub use audit::{LedgerCheck, verify};
-pub use history::{MAX_ENTRIES, credits_since, entries_after, entry_of, recent_entries};
+pub use history::{MAX_ENTRIES, credits_since, entries_after, entry_of, recent_entries, rental_spend_since};
 
 /// One account of the ledger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

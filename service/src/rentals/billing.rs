@@ -1,9 +1,11 @@
 //! Settlements: whole seconds since the workload was ready, charged through the ledger in the
 //! same transaction as the rental's `billed_seconds`, so nothing is billed twice or skipped
 //! across a crash. On-demand and spot are charged to the wallet (stopped, after a warning, when
-//! it runs dry); reservations are paid from their prepaid funds.
+//! it runs dry, or at a spend limit: see `caps`); reservations are paid from their prepaid
+//! funds.
 
 use super::{
+    caps::{Limit, Room, affordable_seconds, duration_limit, tell_reached, warn_duration},
     pricing::cost,
     state::{apply, load_for_update, record},
     views::dto,
@@ -14,9 +16,11 @@ use crate::{
     entities::{hosts, rentals},
     ledger,
     ledger::Book,
+    notify::{self, Notice},
 };
 use cardpool_domain::{
     money::format_dollars,
+    notifications::EventKind,
     offers::RentalKind,
     rentals::{Rental, RentalState},
 };
@@ -58,38 +62,51 @@ pub(super) async fn settle_in(
     let mut update = rental.clone().into_active_model();
     let mut charged_now = 0;
     let mut ran_dry = false;
+    // The limit that stops this rental now, if one does.
+    let mut reached: Option<Limit> = None;
     let mut end = now;
     if let Some(since) = rental.running_since {
         // Seconds only move back when the billing end did (an interrupted host's last
         // heartbeat): a `now` read before this rental's lock was taken may be older than the
         // settlement that went first, and is no reason to bill its seconds again.
         let elapsed = (now.max(since) - since).num_seconds().max(rental.billed_seconds);
-        let seconds = match rental.billing_ends_at.map(|e| (e.max(since) - since).num_seconds()) {
+        let mut seconds = match rental.billing_ends_at.map(|e| (e.max(since) - since).num_seconds()) {
             Some(cap) => cap.min(elapsed),
             None => elapsed,
         };
-        end = since + chrono::Duration::seconds(seconds);
-        let due = cost(rental.price_micros, gpus, seconds) - cost(rental.price_micros, gpus, rental.billed_seconds);
+        if let (false, Some(max), Some(limit)) = (reserved, rental.max_duration_secs, duration_limit(&rental))
+            && seconds >= max
+        {
+            seconds = max.max(rental.billed_seconds);
+            reached = Some(limit);
+        }
+        let mut due = cost(rental.price_micros, gpus, seconds) - cost(rental.price_micros, gpus, rental.billed_seconds);
         if due > 0 {
-            let reference = format!("rental-{}-s{seconds}", rental.id);
-            let description = format!(
-                "Rental #{}: {}× {} for {} s",
-                rental.id,
-                rental.gpu_count,
-                rental.gpu_model,
-                seconds - rental.billed_seconds
-            );
             if reserved {
                 let due = due.min(rental.prepaid_micros - rental.charged_micros);
                 if due > 0 {
+                    let (reference, description) = usage_entry(&rental, seconds);
                     ledger::capture(txn, rental.renter_id, provider().await?, due, fee, reference, description).await?;
                     charged_now = due;
                 }
             } else {
                 let balance = ledger::balance(txn, Book::Wallet(rental.renter_id)).await?;
+                let room = Room::of(txn, &rental, now).await?;
+                match room.tightest() {
+                    // A limit leaves less than is due, and less than the wallet holds: bill
+                    // exactly the seconds it buys, and stop there.
+                    Some((limit, left)) if left < due && left < balance => {
+                        seconds = affordable_seconds(rental.price_micros, gpus, rental.billed_seconds, left);
+                        due = cost(rental.price_micros, gpus, seconds)
+                            - cost(rental.price_micros, gpus, rental.billed_seconds);
+                        reached = Some(limit);
+                    }
+                    _ => {}
+                }
                 charged_now = due.min(balance);
                 ran_dry = due > balance;
                 if charged_now > 0 {
+                    let (reference, description) = usage_entry(&rental, seconds);
                     ledger::charge_usage(
                         txn,
                         rental.renter_id,
@@ -104,7 +121,8 @@ pub(super) async fn settle_in(
                 let left = balance - charged_now;
                 let warn = cost(rental.price_micros, gpus, 60)
                     * i64::from(services.settings.rentals.low_balance_warning_minutes);
-                // A low-balance warning replaces a milder notice (an idle GPU), never itself.
+                // A low-balance warning replaces a milder notice (an idle GPU or a limit
+                // warning), never itself.
                 let warned = rental.notice.as_deref().is_some_and(|n| n.starts_with(LOW_BALANCE));
                 if !ran_dry && state == RentalState::Running && left < warn && !warned {
                     let per_minute = cost(rental.price_micros, gpus, 60).max(1);
@@ -114,11 +132,28 @@ pub(super) async fn settle_in(
                         left / per_minute
                     );
                     record(txn, rental.id, state, &text, now).await?;
+                    let notice = Notice::new(rental.renter_id, EventKind::LowBalance, "Low balance", &text)
+                        .rental(rental.id)
+                        .data(serde_json::json!({ "balance_micros": left }));
+                    notify::emit(txn, notice, now).await?;
                     update.notice = Set(Some(text));
                     update.notice_given_at = Set(Some(now));
+                } else if reached.is_none() && !ran_dry && state == RentalState::Running {
+                    let warning = match room.warn(txn, &rental, charged_now, now).await? {
+                        Some(text) => Some(text),
+                        None => warn_duration(txn, &rental, seconds, now).await?,
+                    };
+                    if let Some(text) = warning.filter(|_| rental.notice.is_none()) {
+                        record(txn, rental.id, state, &text, now).await?;
+                        update.notice = Set(Some(text));
+                        update.notice_given_at = Set(Some(now));
+                    }
                 }
             }
+        } else if !reserved && reached.is_none() && state == RentalState::Running {
+            warn_duration(txn, &rental, seconds, now).await?;
         }
+        end = since + chrono::Duration::seconds(seconds);
         // Billed past a billing end that moved back (an interrupted host's last heartbeat):
         // what was charged for seconds never delivered goes back to the renter.
         let refunded = if seconds < rental.billed_seconds {
@@ -147,6 +182,15 @@ pub(super) async fn settle_in(
         update.billing_ends_at = Set(Some(end));
         update.notice = Set(Some("Stopped: your balance ran out. Top up to rent again.".into()));
         rental = update.update(txn).await.context("recording billing end")?;
+    } else if let Some(limit) = reached
+        && matches!(state, RentalState::Running | RentalState::Provisioning | RentalState::Requested)
+    {
+        let (reason, text) = tell_reached(txn, &rental, limit, now).await?;
+        rental = apply(txn, rental, RentalState::Stopping, &reason, now).await?;
+        let mut update = rental.into_active_model();
+        update.billing_ends_at = Set(Some(end));
+        update.notice = Set(Some(text));
+        rental = update.update(txn).await.context("recording billing end")?;
     }
     let done = state.is_terminal() && rental.billing_ends_at.is_none_or(|e| e <= now);
     if done {
@@ -173,6 +217,19 @@ pub(super) async fn settle_in(
         rental = update.update(txn).await.context("settling rental")?;
     }
     Ok(rental)
+}
+
+/// The ledger reference and description of usage billed up to `seconds`.
+fn usage_entry(rental: &rentals::Model, seconds: i64) -> (String, String) {
+    let reference = format!("rental-{}-s{seconds}", rental.id);
+    let description = format!(
+        "Rental #{}: {}× {} for {} s",
+        rental.id,
+        rental.gpu_count,
+        rental.gpu_model,
+        seconds - rental.billed_seconds
+    );
+    (reference, description)
 }
 
 /// Bills one rental now (the billing worker calls this for every unsettled rental).

@@ -53,6 +53,8 @@ pub async fn book_offer(services: &Services, principal: &Principal, request: &Bo
     let window = validate(request, Utc::now())?;
     let txn = begin_write(&services.db).await.context("starting booking")?;
     let quote = quote(&txn, principal, request, &window).await?;
+    let prepaid = if request.kind == RentalKind::Reserved { quote.upfront } else { 0 };
+    crate::spending::check_booking(&txn, principal.user_id, prepaid, Utc::now()).await?;
     let candidates = lock_candidates(&txn, &quote.host, request, &window).await?;
     // The clock is read again only now, with the GPUs locked and their holds read: a release
     // committed just before cannot end later than this booking starts (on PostgreSQL a release
@@ -132,6 +134,13 @@ fn validate(request: &BookOfferRequest, now: DateTime<Utc>) -> AppResult<Window>
     };
     if request.kind != RentalKind::Spot && request.bid_micros.is_some() {
         return Err(AppError::invalid_field("bid_micros", "only spot rentals take a bid"));
+    }
+    request.limits.checked()?;
+    if request.kind == RentalKind::Reserved && !request.limits.is_empty() {
+        return Err(AppError::invalid_field(
+            "limits",
+            "a reservation's cost is fixed when it is booked; caps are for on-demand and spot",
+        ));
     }
     Ok(window)
 }
@@ -398,6 +407,8 @@ async fn hold(
         charged_micros: Set(0),
         settled: Set(false),
         stop_when_idle: Set(request.stop_when_idle),
+        max_cost_micros: Set(request.limits.max_cost_micros),
+        max_duration_secs: Set(request.limits.max_duration_secs),
         created_at: Set(now),
         updated_at: Set(now),
         ..Default::default()

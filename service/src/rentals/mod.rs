@@ -20,6 +20,7 @@
 mod allocation;
 mod billing;
 mod booking;
+mod caps;
 mod commands;
 mod lifecycle;
 mod pricing;
@@ -31,6 +32,7 @@ mod views;
 pub use allocation::{FreeGpu, choose_gpus};
 pub use billing::{settle, settle_all};
 pub use booking::book_offer;
+pub use caps::set_rental_limits;
 pub use commands::commands_for_host;
 pub use lifecycle::{
     reconcile_running, record_workload_status, set_notice, stop_rental, stop_renters_rentals, transition,

@@ -13,9 +13,11 @@ use crate::{
     db::{DbResultExt, begin_write},
     entities::{gpus, host_prices, rental_gpus, rentals, spot_prices},
     ledger::{self, Book},
+    notify::Notice,
 };
 use cardpool_domain::{
     money::format_dollars,
+    notifications::EventKind,
     offers::RentalKind,
     rentals::{Rental, RentalState},
 };
@@ -40,7 +42,20 @@ pub(super) async fn give_preemption_notice(
         stop_at.format("%H:%M:%S")
     )));
     victim.notice_given_at = Set(Some(now));
-    victim.update(txn).await.context("recording preemption notice")
+    let victim = victim.update(txn).await.context("recording preemption notice")?;
+    let notice = Notice::new(
+        victim.renter_id,
+        EventKind::PreemptionNotice,
+        format!("Rental #{} will be preempted", victim.id),
+        format!(
+            "Higher-priority demand needs this spot rental's GPUs: it stops at {} UTC.",
+            stop_at.format("%H:%M:%S")
+        ),
+    )
+    .rental(victim.id)
+    .data(serde_json::json!({ "deadline": stop_at, "notice_secs": secs }));
+    crate::notify::emit(txn, notice, now).await?;
+    Ok(victim)
 }
 
 /// Recomputes the spot clearing price of a host's GPUs of `model`, records it when it changed,

@@ -1,6 +1,8 @@
 //! The rental state machine's primitives: one step ([`apply`]) recorded with its reason
 //! ([`record`]), the row lock every change takes first ([`load_for_update`]), who may act on a
-//! rental ([`owned_by`]), and the state sets the other steps select by. Nothing here bills or
+//! rental ([`owned_by`]), and the state sets the other steps select by. The renter is told of
+//! the steps that matter to them (a notification and their webhooks) in the step's own
+//! transaction. Nothing here bills or
 //! reprices; the callers do that after a step (see `lifecycle::after_change`).
 
 use crate::{
@@ -8,8 +10,9 @@ use crate::{
     auth::Principal,
     db::DbResultExt,
     entities::{rental_events, rental_gpus, rentals},
+    notify::{self, Notice},
 };
-use cardpool_domain::rentals::RentalState;
+use cardpool_domain::{notifications::EventKind, rentals::RentalState};
 use chrono::{DateTime, TimeZone, Utc};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait, DatabaseTransaction, DbBackend,
@@ -105,7 +108,32 @@ pub(super) async fn apply(
     }
     let rental = update.update(txn).await.context("updating rental")?;
     record(txn, id, next, reason, now).await?;
+    if let Some(title) = told(next) {
+        let notice =
+            Notice::new(rental.renter_id, EventKind::RentalStateChanged, format!("Rental #{id} {title}"), reason)
+                .rental(id)
+                .data(serde_json::json!({
+                    "state": next.as_str(),
+                    "previous_state": current.as_str(),
+                    "reason": reason,
+                    "gpu_model": rental.gpu_model,
+                    "gpu_count": rental.gpu_count,
+                }));
+        notify::emit(txn, notice, now).await?;
+    }
     Ok(rental)
+}
+
+/// The states a renter is told of (the others pass within seconds), as a title's verb.
+fn told(state: RentalState) -> Option<&'static str> {
+    match state {
+        RentalState::Running => Some("is running"),
+        RentalState::Ended => Some("ended"),
+        RentalState::Failed => Some("failed"),
+        RentalState::Interrupted => Some("was interrupted"),
+        RentalState::Preempted => Some("was preempted"),
+        _ => None,
+    }
 }
 
 pub(super) async fn load_for_update(txn: &DatabaseTransaction, rental_id: i64) -> AppResult<rentals::Model> {

@@ -145,6 +145,10 @@ pub(super) async fn dto(conn: &impl ConnectionTrait, rental: rentals::Model) -> 
         accrued_micros,
         notice: rental.notice,
         stop_when_idle: rental.stop_when_idle,
+        limits: cardpool_domain::limits::RentalLimits {
+            max_cost_micros: rental.max_cost_micros,
+            max_duration_secs: rental.max_duration_secs,
+        },
         created_at: rental.created_at,
     })
 }

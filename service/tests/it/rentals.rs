@@ -45,6 +45,7 @@ pub(crate) fn request(host_id: i64, gpu_count: u32) -> BookOfferRequest {
         starts_at: None,
         hours: None,
         stop_when_idle: false,
+        limits: Default::default(),
     }
 }
 

@@ -186,6 +186,7 @@ async fn booked(services: &Services, renter: &Principal, host: i64, gpus: u32, s
         starts_at: None,
         hours: None,
         stop_when_idle,
+        limits: Default::default(),
     };
     rentals::book_offer(services, renter, &request).await.unwrap().id
 }

@@ -1,0 +1,136 @@
+//! `limits`, `cap` and `notifications`: the budget the server enforces, and what it told you.
+//!
+//! `limits` with no flag shows the account's limits and spending; each flag changes only its
+//! own limit (`none` removes it). `cap` sets one live rental's maximum cost or duration.
+
+use crate::{
+    Ctx,
+    args::{Cap, Limits, Notifications},
+    failure::{Failure, Outcome},
+    table,
+};
+use cardpool_domain::{
+    FieldErrors,
+    limits::{RentalLimits, SpendLimits, SpendStatus, parse_optional_dollars, parse_optional_hours},
+    notifications::NotificationPage,
+    rentals::Rental,
+};
+use reqwest::Method;
+
+/// A flag's new value: unchanged (flag absent), removed (`none`) or set.
+fn change(
+    raw: Option<&str>,
+    current: Option<i64>,
+    field: &str,
+    read: fn(&str, &str, &mut FieldErrors) -> Option<i64>,
+) -> Outcome<Option<i64>> {
+    match raw.map(str::trim) {
+        None => Ok(current),
+        Some(none) if none.eq_ignore_ascii_case("none") => Ok(None),
+        Some(value) => {
+            let mut fields = FieldErrors::new();
+            match read(value, field, &mut fields) {
+                Some(v) if fields.is_empty() => Ok(Some(v)),
+                _ => Err(Failure::invalid(format!(
+                    "--{field}: {}",
+                    fields.into_values().next().unwrap_or_else(|| "give a value or `none`".into())
+                ))),
+            }
+        }
+    }
+}
+
+fn limit(micros: Option<i64>) -> String {
+    micros.map_or_else(|| "none".to_owned(), table::dollars)
+}
+
+pub async fn limits(ctx: &mut Ctx<'_, '_>, args: &Limits) -> Outcome {
+    let mut status: SpendStatus = ctx.get("/limits").await?;
+    if args.daily.is_some() || args.monthly.is_some() {
+        let limits = SpendLimits {
+            daily_limit_micros: change(
+                args.daily.as_deref(),
+                status.limits.daily_limit_micros,
+                "daily",
+                parse_optional_dollars,
+            )?,
+            monthly_limit_micros: change(
+                args.monthly.as_deref(),
+                status.limits.monthly_limit_micros,
+                "monthly",
+                parse_optional_dollars,
+            )?,
+        };
+        status = ctx.call(Method::PUT, "/limits", &limits).await?;
+    }
+    if ctx.json {
+        return ctx.print_json(&status);
+    }
+    let out = &mut *ctx.console.out;
+    writeln!(
+        out,
+        "Today:      {} spent of {} (resets {})",
+        table::dollars(status.spent_today_micros),
+        limit(status.limits.daily_limit_micros),
+        table::time(status.day_resets_at)
+    )?;
+    writeln!(
+        out,
+        "This month: {} spent of {} (resets {})",
+        table::dollars(status.spent_this_month_micros),
+        limit(status.limits.monthly_limit_micros),
+        table::time(status.month_resets_at)
+    )?;
+    Ok(())
+}
+
+pub async fn cap(ctx: &mut Ctx<'_, '_>, args: &Cap) -> Outcome {
+    let path = format!("/rentals/{}", args.rental);
+    let detail: cardpool_domain::rentals::RentalDetail = ctx.get(&path).await?;
+    let current = detail.rental.limits;
+    let limits = RentalLimits {
+        max_cost_micros: change(args.max_cost.as_deref(), current.max_cost_micros, "max-cost", parse_optional_dollars)?,
+        max_duration_secs: change(
+            args.max_hours.as_deref(),
+            current.max_duration_secs,
+            "max-hours",
+            parse_optional_hours,
+        )?,
+    };
+    let rental: Rental = ctx.call(Method::PUT, &format!("{path}/limits"), &limits).await?;
+    if ctx.json {
+        return ctx.print_json(&rental);
+    }
+    let hours =
+        rental.limits.max_duration_secs.map_or_else(|| "none".to_owned(), |s| format!("{:.2} h", s as f64 / 3600.0));
+    writeln!(
+        ctx.console.out,
+        "Rental {} ({}): max cost {}, max duration {}; {} billed so far.",
+        rental.id,
+        rental.state.as_str(),
+        limit(rental.limits.max_cost_micros),
+        hours,
+        table::dollars(rental.charged_micros)
+    )?;
+    Ok(())
+}
+
+pub async fn notifications(ctx: &mut Ctx<'_, '_>, args: &Notifications) -> Outcome {
+    let page: NotificationPage = ctx.get("/notifications").await?;
+    if args.read
+        && let Some(newest) = page.items.first()
+    {
+        let _: serde_json::Value =
+            ctx.call(Method::POST, "/notifications/read", &serde_json::json!({ "up_to": newest.id })).await?;
+    }
+    if ctx.json {
+        return ctx.print_json(&page);
+    }
+    let out = &mut *ctx.console.out;
+    writeln!(out, "{} unread.", page.unread)?;
+    for n in &page.items {
+        let mark = if n.read { ' ' } else { '•' };
+        writeln!(out, "{mark} {}  {}  {}", table::time(n.created_at), n.title, n.body)?;
+    }
+    Ok(())
+}
