@@ -14,6 +14,7 @@
 use crate::common::{PASSWORD, TestApp};
 use cardpool_domain::{
     account::{AddSshKeyRequest, CreateApiTokenRequest},
+    notifications::NewWebhook,
     offers::RentalKind,
     payments::{CreateTopUpRequest, HistoryQuery},
     rentals::{BookOfferRequest, Workload},
@@ -74,15 +75,23 @@ fn audience(operation: &str) -> Option<&'static [Who]> {
         | "book_offer"
         | "list_rentals"
         | "add_ssh_key"
-        | "list_ssh_keys" => SIGNED_IN,
+        | "list_ssh_keys"
+        | "list_notifications"
+        | "mark_notifications_read"
+        | "list_webhooks"
+        | "create_webhook"
+        | "get_limits"
+        | "set_limits" => SIGNED_IN,
         // Alerts: an admin's all, a provider's own hosts' (an empty list for anyone else).
         "list_alerts" => SIGNED_IN,
         // The renter's own things; tokens, top-ups, receipts and keys are nobody else's.
         "revoke_api_token" | "get_top_up" | "get_receipt" | "remove_ssh_key" => RENTER,
+        // A webhook and its delivery log are its account's alone.
+        "delete_webhook" | "send_test_event" | "list_deliveries" => RENTER,
         // A rental's page: its renter, its host's provider (whose GPUs it holds), admins.
         "get_rental" => RENTAL_PARTIES,
         // Acting on a rental: its renter, and admins, who may act on any rental.
-        "stop_rental" | "change_bid" => RENTER_AND_ADMIN,
+        "stop_rental" | "change_bid" | "set_rental_limits" => RENTER_AND_ADMIN,
         // What the workload prints and how its GPUs run are the renter's (the provider sees
         // the whole host's telemetry under the host's scope).
         "rental_logs" | "get_telemetry" | "live_telemetry" => RENTER_AND_ADMIN,
@@ -111,7 +120,7 @@ fn audience(operation: &str) -> Option<&'static [Who]> {
 /// Operations that change who someone is or end what they name: called last, and only as
 /// the first principal allowed (after that the resource is gone or the roles have changed).
 const DESTRUCTIVE: &[&str] =
-    &["revoke_api_token", "remove_ssh_key", "stop_rental", "revoke_host", "enable_provider", "grant_admin", "sign_out"];
+    &["revoke_api_token", "remove_ssh_key", "delete_webhook", "stop_rental", "revoke_host", "enable_provider", "grant_admin", "sign_out"];
 
 struct World {
     tokens: BTreeMap<Who, String>,
@@ -161,6 +170,8 @@ async fn world(app: &TestApp) -> World {
         public_key: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBaDamN0R4yoNk0deoyauKxZoR4kZrmojsEBVcLk9J9h matrix".into(),
     };
     let key = ssh_access::add_ssh_key(s, &renter, &key).await.unwrap().id;
+    let hook = NewWebhook { url: "https://hooks.example.com/cardpool".into() };
+    let webhook = cardpool_service::notify::webhooks::create(s, &renter, &hook).await.unwrap().id;
     let alert = alerts::ActiveModel {
         kind: Set("gpu_hot".into()),
         host_id: Set(host),
@@ -192,6 +203,10 @@ async fn world(app: &TestApp) -> World {
         ("get_top_up", top_up.top_up.id),
         ("get_receipt", transaction),
         ("remove_ssh_key", key),
+        ("delete_webhook", webhook),
+        ("send_test_event", webhook),
+        ("list_deliveries", webhook),
+        ("set_rental_limits", rental),
         ("get_rental", rental),
         ("stop_rental", rental),
         ("change_bid", rental),

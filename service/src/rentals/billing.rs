@@ -81,7 +81,9 @@ pub(super) async fn settle_in(
             reached = Some(limit);
         }
         let mut due = cost(rental.price_micros, gpus, seconds) - cost(rental.price_micros, gpus, rental.billed_seconds);
-        if due > 0 {
+        // Pay-as-you-go is checked against its limits even with nothing due: a cap lowered to
+        // what was charged stops the rental now.
+        if due > 0 || !reserved {
             if reserved {
                 let due = due.min(rental.prepaid_micros - rental.charged_micros);
                 if due > 0 {
@@ -95,8 +97,9 @@ pub(super) async fn settle_in(
                 match room.tightest() {
                     // A limit leaves less than is due, and less than the wallet holds: bill
                     // exactly the seconds it buys, and stop there.
-                    Some((limit, left)) if left < due && left < balance => {
-                        seconds = affordable_seconds(rental.price_micros, gpus, rental.billed_seconds, left);
+                    Some((limit, left)) if left < due.max(1) && left < balance.max(1) => {
+                        seconds =
+                            affordable_seconds(rental.price_micros, gpus, rental.billed_seconds, left).min(seconds);
                         due = cost(rental.price_micros, gpus, seconds)
                             - cost(rental.price_micros, gpus, rental.billed_seconds);
                         reached = Some(limit);
@@ -150,8 +153,6 @@ pub(super) async fn settle_in(
                     }
                 }
             }
-        } else if !reserved && reached.is_none() && state == RentalState::Running {
-            warn_duration(txn, &rental, seconds, now).await?;
         }
         end = since + chrono::Duration::seconds(seconds);
         // Billed past a billing end that moved back (an interrupted host's last heartbeat):

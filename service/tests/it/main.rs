@@ -8,6 +8,7 @@ mod admin;
 mod fuzz_corpus;
 mod hosts;
 mod ledger;
+mod limits;
 mod money;
 mod offers;
 mod rentals;
