@@ -71,6 +71,8 @@ pub fn App() -> impl IntoView {
                         <Route path=path!("/account") view={Lazy::<AccountRoute>::new()} />
                         <Route path=path!("/account/tokens") view={Lazy::<ApiTokensRoute>::new()} />
                         <Route path=path!("/account/ssh-keys") view={Lazy::<SshKeysRoute>::new()} />
+                        <Route path=path!("/account/webhooks") view={Lazy::<WebhooksRoute>::new()} />
+                        <Route path=path!("/notifications") view={Lazy::<NotificationsRoute>::new()} />
                         <Route path=path!("/admin/fleet") view={Lazy::<AdminFleetRoute>::new()} />
                         <Route path=path!("/admin/users") view={Lazy::<AdminUsersRoute>::new()} />
                         <Route path=path!("/admin/hosts") view={Lazy::<AdminHostsRoute>::new()} />

@@ -104,11 +104,20 @@ pub struct Viewer {
     pub email: String,
     pub roles: Roles,
     pub created_unix: i64,
+    /// Unread notifications (the bell's badge) when the page was loaded.
+    #[serde(default)]
+    pub unread_notifications: u64,
 }
 
 impl From<Me> for Viewer {
     fn from(me: Me) -> Self {
-        Viewer { id: me.id, email: me.email, roles: me.roles, created_unix: me.created_at.timestamp() }
+        Viewer {
+            id: me.id,
+            email: me.email,
+            roles: me.roles,
+            created_unix: me.created_at.timestamp(),
+            unread_notifications: 0,
+        }
     }
 }
 

@@ -25,7 +25,7 @@ pub fn Header() -> impl IntoView {
                 <Transition fallback=|| view! { <span class="h-8 w-40 animate-pulse rounded bg-slate-100"></span> }>
                     {move || Suspend::new(async move {
                         match user.0.await {
-                            Ok(Some(me)) => view! { <SignedInNav email=me.email provider=me.roles.provider admin=me.roles.admin /> }.into_any(),
+                            Ok(Some(me)) => view! { <SignedInNav email=me.email provider=me.roles.provider admin=me.roles.admin unread=me.unread_notifications /> }.into_any(),
                             _ => view! { <VisitorNav /> }.into_any(),
                         }
                     })}
@@ -47,9 +47,10 @@ fn VisitorNav() -> impl IntoView {
 }
 
 #[component]
-fn SignedInNav(email: String, provider: bool, admin: bool) -> impl IntoView {
+fn SignedInNav(email: String, provider: bool, admin: bool, unread: u64) -> impl IntoView {
     view! {
         <div class="flex flex-wrap items-center gap-1 sm:gap-2">
+            <Bell unread />
             <A href="/offers" attr:class="nav-link">"Find GPUs"</A>
             <A href="/rentals" attr:class="nav-link">"Rentals"</A>
             <A href="/wallet" attr:class="nav-link">"Wallet"</A>
@@ -70,6 +71,24 @@ fn SignedInNav(email: String, provider: bool, admin: bool) -> impl IntoView {
                 <button type="submit" class="btn-secondary">"Sign out"</button>
             </form>
         </div>
+    }
+}
+
+/// The notifications link, with the unread count as of this page load.
+#[component]
+fn Bell(unread: u64) -> impl IntoView {
+    let label = if unread == 0 { "Notifications".to_owned() } else { format!("Notifications, {unread} unread") };
+    view! {
+        <A href="/notifications" attr:class="nav-link relative" attr:aria-label=label attr:data-testid="bell">
+            <svg aria-hidden="true" viewBox="0 0 24 24" class="h-5 w-5 fill-none stroke-current stroke-2">
+                <path d="M15 17h5l-1.4-1.4A2 2 0 0 1 18 14.2V11a6 6 0 1 0-12 0v3.2c0 .5-.2 1-.6 1.4L4 17h5m6 0a3 3 0 1 1-6 0" />
+            </svg>
+            {(unread > 0).then(|| view! {
+                <span data-testid="bell-count" class="absolute -right-1 -top-1 min-w-5 rounded-full bg-rose-600 px-1 text-center text-xs font-semibold text-white">
+                    {if unread > 99 { "99+".to_owned() } else { unread.to_string() }}
+                </span>
+            })}
+        </A>
     }
 }
 

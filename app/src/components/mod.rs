@@ -4,6 +4,7 @@ pub mod bundle;
 pub mod form;
 pub mod kit;
 pub mod layout;
+pub mod limits;
 pub mod logs;
 pub mod money;
 pub mod numbers;

@@ -8,12 +8,14 @@ pub mod fleet;
 pub mod home;
 pub mod hosts;
 pub mod not_found;
+pub mod notifications;
 pub mod offers;
 pub mod rentals;
 pub mod sign_in;
 pub mod sign_up;
 pub mod ssh_keys;
 pub mod wallet;
+pub mod webhooks;
 
 /// Declares, for each page, a route type whose view is loaded lazily: in the browser each
 /// page's code is a wasm chunk of its own (`cargo leptos build --split` writes them), fetched
@@ -52,12 +54,14 @@ use earnings::EarningsPage;
 use fleet::AdminFleetPage;
 pub use home::HomePage;
 use hosts::{HostPage, HostsPage};
+use notifications::NotificationsPage;
 pub use offers::OffersPage;
 use rentals::{RentPage, RentalPage, RentalsPage};
 use sign_in::SignInPage;
 use sign_up::SignUpPage;
 use ssh_keys::SshKeysPage;
 use wallet::{ReceiptPage, WalletPage};
+use webhooks::WebhooksPage;
 
 lazy_pages! {
     RentRoute => RentPage,
@@ -68,6 +72,8 @@ lazy_pages! {
     AccountRoute => AccountPage,
     ApiTokensRoute => ApiTokensPage,
     SshKeysRoute => SshKeysPage,
+    WebhooksRoute => WebhooksPage,
+    NotificationsRoute => NotificationsPage,
     AdminFleetRoute => AdminFleetPage,
     AdminUsersRoute => AdminUsersPage,
     AdminHostsRoute => AdminHostsPage,

@@ -8,6 +8,7 @@ use crate::{
     components::{
         form::{FormAlert, SubmitButton, field_error, form_error},
         kit::{Await, Badge, Tone},
+        limits::CapsForm,
         logs::RentalLogs,
         money::{StepChart, dollars},
         session::{RequireSignIn, reload_to},
@@ -135,6 +136,11 @@ fn RentForm() -> impl IntoView {
                     </div>
                     {text_field("hours", "Hours", "e.g. 4", "")}
                 </div>
+                <fieldset class="grid gap-4 sm:grid-cols-2" class:hidden=move || kind.get() == RentalKind::Reserved>
+                    <legend class="mb-2 text-sm font-medium text-slate-800">"Caps (optional)"</legend>
+                    {text_field("max_cost", "Stop at a cost of ($)", "e.g. 25", "Billed exactly up to it, then stopped.")}
+                    {text_field("max_hours", "Stop after (hours)", "e.g. 8 or 1.5", "")}
+                </fieldset>
                 <fieldset class="space-y-4">
                     <legend class="text-sm font-medium text-slate-800">"Workload"</legend>
                     {text_field("command", "Command", "e.g. python train.py --epochs 3", "Runs in a sandbox with only your GPUs (CUDA_VISIBLE_DEVICES lists their UUIDs); /workspace is yours.")}
@@ -428,6 +434,7 @@ fn RentalDetailView(detail: RentalDetail, tick: RwSignal<u32>) -> impl IntoView 
                         </ActionForm>
                         <FormAlert message=form_error(stop_value) />
                     })}
+                    {(can_stop && rental.kind != RentalKind::Reserved).then(|| view! { <CapsForm id=rental.id limits=rental.limits tick /> })}
                     {spot_live.then(|| view! {
                         <ActionForm action=bid attr:class="space-y-2">
                             <input type="hidden" name="id" value=rental.id />

@@ -1,5 +1,5 @@
-//! The renter's wallet: balance, top-up through Stripe Checkout, history with running balance,
-//! CSV export and receipts.
+//! The renter's wallet: balance, top-up through Stripe Checkout, spend limits, history with
+//! running balance, CSV export and receipts.
 //!
 //! Coming back from Checkout proves nothing: the page shows the top-up as waiting until the
 //! webhook has credited it, polling its status meanwhile.
@@ -8,6 +8,7 @@ use crate::{
     components::{
         form::{Field, FormAlert, SubmitButton, field_error, form_error},
         kit::Await,
+        limits::SpendLimitsPanel,
         money::{LedgerHistory, Stat, dollars},
         session::{RequireSignIn, reload_to},
     },
@@ -80,6 +81,7 @@ fn Wallet() -> impl IntoView {
                 </ActionForm>
                 <div class="mt-4"><FormAlert message=form_error(value) /></div>
             </section>
+            <SpendLimitsPanel />
             <section class="card" aria-labelledby="history">
                 <h2 id="history" class="text-lg font-semibold text-slate-900">"History"</h2>
                 <Await resource=history loading="Loading history…" class="mt-4" ready=move |entries| view! { <LedgerHistory entries chart_label="Wallet balance" empty="No transactions yet." receipts=true /> } />

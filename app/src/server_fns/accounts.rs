@@ -11,7 +11,11 @@ use leptos::prelude::*;
 #[server(prefix = "/rpc", endpoint = "get_me", output = JsonOut)]
 pub async fn get_me() -> Result<Option<Viewer>, AppError> {
     crate::ssr::anyone(async |req| match auth::principal_from_session(&req.services, &req.session).await? {
-        Some(principal) => accounts::get_me(&req.services, &principal).await.map(|me| Some(me.into())),
+        Some(principal) => {
+            let mut viewer: Viewer = accounts::get_me(&req.services, &principal).await?.into();
+            viewer.unread_notifications = cardpool_service::notify::unread_count(&req.services, &principal).await?;
+            Ok(Some(viewer))
+        }
         None => Ok(None),
     })
     .await

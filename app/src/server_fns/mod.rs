@@ -9,6 +9,7 @@ pub mod accounts;
 pub mod admin;
 pub mod api_tokens;
 pub mod hosts;
+pub mod notifications;
 pub mod offers;
 pub mod payments;
 pub mod rentals;

@@ -119,8 +119,16 @@ fn audience(operation: &str) -> Option<&'static [Who]> {
 
 /// Operations that change who someone is or end what they name: called last, and only as
 /// the first principal allowed (after that the resource is gone or the roles have changed).
-const DESTRUCTIVE: &[&str] =
-    &["revoke_api_token", "remove_ssh_key", "delete_webhook", "stop_rental", "revoke_host", "enable_provider", "grant_admin", "sign_out"];
+const DESTRUCTIVE: &[&str] = &[
+    "revoke_api_token",
+    "remove_ssh_key",
+    "delete_webhook",
+    "stop_rental",
+    "revoke_host",
+    "enable_provider",
+    "grant_admin",
+    "sign_out",
+];
 
 struct World {
     tokens: BTreeMap<Who, String>,

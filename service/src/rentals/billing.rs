@@ -83,7 +83,7 @@ pub(super) async fn settle_in(
         let mut due = cost(rental.price_micros, gpus, seconds) - cost(rental.price_micros, gpus, rental.billed_seconds);
         // Pay-as-you-go is checked against its limits even with nothing due: a cap lowered to
         // what was charged stops the rental now.
-        if due > 0 || !reserved {
+        if due > 0 || (!reserved && seconds >= rental.billed_seconds) {
             if reserved {
                 let due = due.min(rental.prepaid_micros - rental.charged_micros);
                 if due > 0 {

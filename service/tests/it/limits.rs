@@ -14,8 +14,9 @@ use cardpool_domain::{
 };
 use cardpool_protocol::WorkloadStatus;
 use cardpool_service::{
-    Services, Settings, backend_tests,
+    Services, Settings,
     auth::Principal,
+    backend_tests,
     ledger::{self, Book},
     notify::{self, delivery, webhooks::WebhookSettings},
     rentals, spending,
@@ -61,7 +62,10 @@ async fn a_daily_limit_warns_at_80_percent_and_stops_at_the_limit(backend: Backe
     assert_eq!((status.spent_today_micros, status.spent_this_month_micros), (3_000_000, 3_000_000));
     // A new rental would stop at once: refused, saying which limit and when it resets.
     let refused = rentals::book_offer(&services, &renter, &request(host_id, 1)).await.unwrap_err();
-    assert!(matches!(&refused, AppError::PaymentRequired(m) if m.contains("daily spend limit of $3.00")), "{refused:?}");
+    assert!(
+        matches!(&refused, AppError::PaymentRequired(m) if m.contains("daily spend limit of $3.00")),
+        "{refused:?}"
+    );
     // Raising the limit lets the renter go on.
     let raised = SpendLimits { daily_limit_micros: Some(10_000_000), monthly_limit_micros: Some(50_000_000) };
     spending::set_limits(&services, &renter, raised).await.unwrap();
@@ -121,7 +125,10 @@ async fn a_rentals_own_caps_stop_it_alone(backend: Backend) {
     let err = rentals::set_rental_limits(&services, &stranger, other.id, by_cost).await.unwrap_err();
     assert!(matches!(err, AppError::NotFound(_)), "{err:?}");
     let bad = RentalLimits { max_cost_micros: None, max_duration_secs: Some(10) };
-    assert!(matches!(rentals::set_rental_limits(&services, &renter, other.id, bad).await, Err(AppError::Validation { .. })));
+    assert!(matches!(
+        rentals::set_rental_limits(&services, &renter, other.id, bad).await,
+        Err(AppError::Validation { .. })
+    ));
     assert!(ledger::verify(&services.db).await.unwrap().is_sound());
 }
 
@@ -175,7 +182,8 @@ fn header<'a>(headers: &'a [(String, String)], name: &str) -> &'a str {
 
 async fn webhooks_receive_signed_events_and_failures_are_retried(backend: Backend) {
     let webhooks = WebhookSettings { allow_local_targets: true, retry_base_secs: 1, max_attempts: 2 };
-    let (_db, services) = testing::services(backend, Settings { webhooks: webhooks.clone(), ..Settings::default() }).await;
+    let (_db, services) =
+        testing::services(backend, Settings { webhooks: webhooks.clone(), ..Settings::default() }).await;
     let provider = testing::provider(&services, "owner@example.com").await;
     let host_id = testing::host(&services, &provider, "hooks").gpus(1).await;
     let renter = testing::renter(&services, "renter@example.com").dollars(50).await;
@@ -215,7 +223,10 @@ async fn webhooks_receive_signed_events_and_failures_are_retried(backend: Backen
     assert!(!delivery::verify(&dead.secret.clone().unwrap(), header(headers, SIGNATURE_HEADER), body, Utc::now()));
     assert_eq!(header(headers, "Cardpool-Event"), "rental.state_changed");
     let event: serde_json::Value = serde_json::from_str(body).unwrap();
-    assert_eq!((event["type"].as_str(), event["data"]["state"].as_str()), (Some("rental.state_changed"), Some("running")));
+    assert_eq!(
+        (event["type"].as_str(), event["data"]["state"].as_str()),
+        (Some("rental.state_changed"), Some("running"))
+    );
     assert_eq!(event["data"]["rental_id"], rental.id);
     // "Send test event" goes to that webhook only, and is not left unread under the bell.
     let unread = notify::list(&services, &renter, None).await.unwrap().unread;
@@ -233,7 +244,10 @@ async fn webhooks_receive_signed_events_and_failures_are_retried(backend: Backen
     // A deleted webhook gets nothing more; another account cannot see or test one.
     let stranger = testing::renter(&services, "stranger@example.com").await;
     assert!(matches!(notify::webhooks::send_test(&services, &stranger, hook.id).await, Err(AppError::NotFound(_))));
-    assert!(matches!(notify::webhooks::deliveries(&services, &stranger, hook.id, None).await, Err(AppError::NotFound(_))));
+    assert!(matches!(
+        notify::webhooks::deliveries(&services, &stranger, hook.id, None).await,
+        Err(AppError::NotFound(_))
+    ));
     notify::webhooks::delete(&services, &renter, hook.id).await.unwrap();
     rentals::stop_rental(&services, &renter, rental.id).await.unwrap();
     assert!(matches!(notify::webhooks::send_test(&services, &renter, hook.id).await, Err(AppError::NotFound(_))));
