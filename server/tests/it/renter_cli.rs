@@ -143,6 +143,22 @@ async fn from_login_to_stop(backend: Backend) {
     assert!(explained.err.contains(&format!("curl -X GET '{}/api/v1/rentals'", app.base)), "{explained}");
     assert!(explained.err.contains("$CARDPOOL_TOKEN") && !explained.err.contains(&token), "{explained}");
 
+    // Caps on the running rental, and the account's spend limits, from the terminal.
+    let cap = cli(&app, &me, &["cap", &id, "--max-cost", "100", "--max-hours", "5"], "").await;
+    assert_eq!(cap.code, 0, "{cap}");
+    assert!(cap.out.contains("max cost $100.00, max duration 5.00 h"), "{cap}");
+    let limits = cli(&app, &me, &["limits", "--daily", "50"], "").await;
+    assert_eq!(limits.code, 0, "{limits}");
+    assert!(limits.out.contains("of $50.00") && limits.out.contains("of none"), "{limits}");
+    let limits = cli(&app, &me, &["limits", "--monthly", "300", "--json"], "").await;
+    assert_eq!(limits.json()["limits"], serde_json::json!({"daily_limit_micros": 50_000_000, "monthly_limit_micros": 300_000_000}));
+    let bad = cli(&app, &me, &["limits", "--daily", "lots"], "").await;
+    assert_eq!(bad.code, 8, "{bad}");
+    let cleared = cli(&app, &me, &["limits", "--daily", "none", "--monthly", "none", "--json"], "").await;
+    assert_eq!(cleared.json()["limits"], serde_json::json!({"daily_limit_micros": null, "monthly_limit_micros": null}));
+    let told = cli(&app, &me, &["notifications", "--json"], "").await;
+    assert!(told.json()["items"].as_array().is_some_and(|n| n.iter().any(|n| n["event"] == "rental.state_changed")), "{told}");
+
     // Stop it: settled, and ssh says there is nothing to get into.
     let stop = cli(&app, &me, &["stop", &id, "--wait"], "").await;
     assert_eq!(stop.code, 0, "{stop}");
