@@ -69,6 +69,9 @@ e2e() {
   local backend=$1 url=$2 logs
   say "Playwright on $backend"
   export CARDPOOL_HEARTBEAT_INTERVAL_SECS=1 CARDPOOL_HOST_OFFLINE_GRACE_SECS=5 CARDPOOL_AGENT_RECONNECT_SECS=5
+  # The webhook test's receiver listens on this machine (the cluster's replica A runs without
+  # --demo, which allows that by itself).
+  export CARDPOOL_WEBHOOKS_ALLOW_LOCAL=true
   if [[ $backend == cluster ]]; then
     start_cluster "$PWD/target/release/cardpool" target/e2e-logs "$url" --site-root "$PWD/target/site"
     logs="target/e2e-logs/cluster-a.log target/e2e-logs/cluster-b.log"
@@ -93,6 +96,7 @@ e2e() {
   fi
   if [[ $backend == cluster ]]; then stop_cluster; else stop_server; fi
   unset CARDPOOL_HEARTBEAT_INTERVAL_SECS CARDPOOL_HOST_OFFLINE_GRACE_SECS CARDPOOL_AGENT_RECONNECT_SECS
+  unset CARDPOOL_WEBHOOKS_ALLOW_LOCAL
 }
 
 e2e sqlite "sqlite://$e2e_tmp/e2e.db?mode=rwc"

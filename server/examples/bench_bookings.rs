@@ -91,6 +91,7 @@ async fn main() {
                         starts_at: None,
                         hours: None,
                         stop_when_idle: false,
+                        limits: Default::default(),
                     };
                     match rentals::book_offer(&services, &renter, &request).await {
                         Ok(rental) => {

@@ -151,13 +151,19 @@ async fn from_login_to_stop(backend: Backend) {
     assert_eq!(limits.code, 0, "{limits}");
     assert!(limits.out.contains("of $50.00") && limits.out.contains("of none"), "{limits}");
     let limits = cli(&app, &me, &["limits", "--monthly", "300", "--json"], "").await;
-    assert_eq!(limits.json()["limits"], serde_json::json!({"daily_limit_micros": 50_000_000, "monthly_limit_micros": 300_000_000}));
+    assert_eq!(
+        limits.json()["limits"],
+        serde_json::json!({"daily_limit_micros": 50_000_000, "monthly_limit_micros": 300_000_000})
+    );
     let bad = cli(&app, &me, &["limits", "--daily", "lots"], "").await;
     assert_eq!(bad.code, 8, "{bad}");
     let cleared = cli(&app, &me, &["limits", "--daily", "none", "--monthly", "none", "--json"], "").await;
     assert_eq!(cleared.json()["limits"], serde_json::json!({"daily_limit_micros": null, "monthly_limit_micros": null}));
     let told = cli(&app, &me, &["notifications", "--json"], "").await;
-    assert!(told.json()["items"].as_array().is_some_and(|n| n.iter().any(|n| n["event"] == "rental.state_changed")), "{told}");
+    assert!(
+        told.json()["items"].as_array().is_some_and(|n| n.iter().any(|n| n["event"] == "rental.state_changed")),
+        "{told}"
+    );
 
     // Stop it: settled, and ssh says there is nothing to get into.
     let stop = cli(&app, &me, &["stop", &id, "--wait"], "").await;
