@@ -7,6 +7,7 @@
 
 pub mod account;
 pub mod admin;
+pub mod advisor;
 pub mod error;
 pub mod host;
 pub mod limits;

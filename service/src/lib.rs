@@ -14,6 +14,7 @@
 
 pub mod accounts;
 pub mod admin;
+pub mod advisor;
 pub mod agent_links;
 pub mod alerts;
 pub mod api_tokens;
