@@ -65,6 +65,33 @@ pub enum Command {
     Cap(Cap),
     /// What Cardpool told you (rental changes, limits, low balance), newest first.
     Notifications(Notifications),
+    /// The cheapest mix of reserved, on-demand and spot for a job on one offer.
+    Advise(Advise),
+}
+
+#[derive(Debug, Args)]
+pub struct Advise {
+    /// The host of the offer (the HOST column of `offers`).
+    #[arg(long)]
+    pub host: i64,
+    /// The GPU model (needed only when the host offers more than one).
+    #[arg(long)]
+    pub gpu_model: Option<String>,
+    /// GPUs the job runs on at once.
+    #[arg(long, default_value_t = 1)]
+    pub gpus: u32,
+    /// How long the job runs, hours.
+    #[arg(long)]
+    pub hours: u32,
+    /// It must be done within this many hours (default: the job's hours, no slack).
+    #[arg(long)]
+    pub deadline: Option<u32>,
+    /// The job can be stopped and resumed (spot may be used).
+    #[arg(long)]
+    pub interruptible: bool,
+    /// How often it checkpoints, minutes.
+    #[arg(long, default_value_t = 0)]
+    pub checkpoint_minutes: u32,
 }
 
 #[derive(Debug, Args)]

@@ -138,5 +138,6 @@ async fn dispatch(cli: Cli, console: &mut Console<'_>) -> Outcome {
         Command::Limits(limits) => limits::limits(&mut ctx, &limits).await,
         Command::Cap(cap) => limits::cap(&mut ctx, &cap).await,
         Command::Notifications(list) => limits::notifications(&mut ctx, &list).await,
+        Command::Advise(job) => market::advise(&mut ctx, &job).await,
     }
 }

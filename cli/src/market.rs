@@ -75,3 +75,71 @@ pub async fn offers(ctx: &mut Ctx<'_, '_>, args: &Offers) -> Outcome {
     )?;
     Ok(())
 }
+
+/// `advise`: the cost advisor's mix for a job on one offer.
+pub async fn advise(ctx: &mut Ctx<'_, '_>, job: &crate::args::Advise) -> Outcome {
+    use cardpool_domain::advisor::{Advice, AdviceRequest};
+    let gpu_model = match &job.gpu_model {
+        Some(model) => model.clone(),
+        None => crate::rentals::only_model(ctx, job.host).await?,
+    };
+    let request = AdviceRequest {
+        host_id: job.host,
+        gpu_model,
+        gpus: job.gpus,
+        hours: job.hours,
+        deadline_hours: job.deadline.unwrap_or(job.hours),
+        interruptible: job.interruptible,
+        checkpoint_minutes: job.checkpoint_minutes,
+    };
+    request.checked()?;
+    let mut url =
+        reqwest::Url::parse("http://query.invalid/").map_err(|e| crate::failure::Failure::other(e.to_string()))?;
+    url.query_pairs_mut()
+        .append_pair("host_id", &request.host_id.to_string())
+        .append_pair("gpu_model", &request.gpu_model)
+        .append_pair("gpus", &request.gpus.to_string())
+        .append_pair("hours", &request.hours.to_string())
+        .append_pair("deadline_hours", &request.deadline_hours.to_string())
+        .append_pair("interruptible", &request.interruptible.to_string())
+        .append_pair("checkpoint_minutes", &request.checkpoint_minutes.to_string());
+    let advice: Advice = ctx.get(&format!("/advice?{}", url.query().unwrap_or_default())).await?;
+    if ctx.json {
+        return ctx.print_json(&advice);
+    }
+    let out = &mut *ctx.console.out;
+    writeln!(
+        out,
+        "For {}x {} for {} h, done within {} h:",
+        request.gpus, request.gpu_model, request.hours, request.deadline_hours
+    )?;
+    for part in &advice.parts {
+        writeln!(
+            out,
+            "  {:<10} {:>4} h  {:>12}  {}",
+            part.kind.as_str().replace('_', "-"),
+            part.hours,
+            table::dollars(part.expected_micros),
+            part.why
+        )?;
+    }
+    writeln!(
+        out,
+        "Expected {} (likely {} to {}); all on-demand {}: saves {}.",
+        table::dollars(advice.expected_micros),
+        table::dollars(advice.low_micros),
+        table::dollars(advice.high_micros),
+        table::dollars(advice.all_on_demand_micros),
+        table::dollars(advice.saving_micros)
+    )?;
+    writeln!(
+        out,
+        "Done in about {}.{} h. Based on:",
+        advice.expected_wall_hours_tenths / 10,
+        advice.expected_wall_hours_tenths % 10
+    )?;
+    for line in &advice.basis {
+        writeln!(out, "  - {line}")?;
+    }
+    Ok(())
+}

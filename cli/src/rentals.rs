@@ -84,7 +84,7 @@ pub async fn rent(ctx: &mut Ctx<'_, '_>, rent: &Rent) -> Outcome {
 }
 
 /// The one GPU model `host` offers, or a clear refusal.
-async fn only_model(ctx: &mut Ctx<'_, '_>, host: i64) -> Outcome<String> {
+pub(crate) async fn only_model(ctx: &mut Ctx<'_, '_>, host: i64) -> Outcome<String> {
     let query = OfferQuery { host_id: Some(host), per_page: Some(100), ..OfferQuery::default() };
     let mut models: Vec<String> = market::search(ctx, &query).await?.offers.into_iter().map(|o| o.gpu_model).collect();
     models.dedup();

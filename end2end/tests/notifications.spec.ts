@@ -81,12 +81,22 @@ test("spend limits are set on the wallet and a webhook receives a signed test ev
   }
 });
 
-test("the bell counts a rental's news until it is read, and a rental carries its caps", async ({ page }) => {
+test("the advisor plans a job, the bell counts a rental's news until it is read, and a rental carries its caps", async ({ page }) => {
   test.setTimeout(90_000);
   await signIn(page, "renter@demo.cardpool.dev");
   await page.goto("/offers?location=PL&kind=on_demand");
   await page.getByTestId("offer-rent").first().click();
   await hydrated(page);
+  // The advisor first: a checkpointed 10-hour job with a day to finish.
+  await page.getByLabel("Job length (hours)").fill("10");
+  await page.getByLabel("Done within (hours)").fill("4");
+  await page.getByRole("button", { name: "Advise" }).click();
+  await expect(page.getByText("at least the job's hours")).toBeVisible();
+  await page.getByLabel("Done within (hours)").fill("24");
+  await page.getByRole("button", { name: "Advise" }).click();
+  await expect(page.getByTestId("advice")).toContainText("You save");
+  await expect(page.getByTestId("advice-parts")).toContainText("Spot");
+  await snap(page, "advisor");
   await page.getByLabel("Number of GPUs").fill("1");
   await page.getByLabel("Command").fill("sleep 600");
   await page.getByLabel("Stop at a cost of ($)").fill("0");

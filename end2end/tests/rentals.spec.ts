@@ -52,7 +52,7 @@ async function book(
   if (bid) await page.getByLabel("Your bid ($ per GPU-hour)").fill(bid);
   if (window) {
     await page.getByLabel("Starts at (UTC)").fill(window.start);
-    await page.getByLabel("Hours").fill(window.hours);
+    await page.getByLabel("Hours", { exact: true }).fill(window.hours);
   }
   await page.getByRole("button", { name: "Book" }).click();
   await expect(page).toHaveURL(/\/rentals\/\d+$/);

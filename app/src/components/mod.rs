@@ -1,5 +1,6 @@
 //! Reusable pieces of the UI, by area.
 
+pub mod advisor;
 pub mod bundle;
 pub mod form;
 pub mod kit;

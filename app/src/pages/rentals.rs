@@ -6,6 +6,7 @@
 
 use crate::{
     components::{
+        advisor::AdvisorPanel,
         form::{FormAlert, SubmitButton, field_error, form_error},
         kit::{Await, Badge, Tone},
         limits::CapsForm,
@@ -107,6 +108,7 @@ fn RentForm() -> impl IntoView {
                 <p class="mt-1 text-slate-600">{format!("{model} on host #{host_id}")}</p>
             </div>
             <OfferSummary host_id model=model.clone() />
+            <AdvisorPanel host_id model=model.clone() />
             <ActionForm action=book attr:class="card space-y-5" attr:novalidate=true>
                 <input type="hidden" name="form[host_id]" value=host_id />
                 <input type="hidden" name="form[gpu_model]" value=model.clone() />

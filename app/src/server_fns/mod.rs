@@ -7,6 +7,7 @@
 
 pub mod accounts;
 pub mod admin;
+pub mod advisor;
 pub mod api_tokens;
 pub mod hosts;
 pub mod notifications;

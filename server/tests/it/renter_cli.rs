@@ -143,6 +143,14 @@ async fn from_login_to_stop(backend: Backend) {
     assert!(explained.err.contains(&format!("curl -X GET '{}/api/v1/rentals'", app.base)), "{explained}");
     assert!(explained.err.contains("$CARDPOOL_TOKEN") && !explained.err.contains(&token), "{explained}");
 
+    // The cost advisor for a job on the same offer (a reliable job: no spot).
+    let advice =
+        cli(&app, &me, &["advise", "--host", &host_id, "--gpus", "1", "--hours", "8", "--deadline", "12"], "").await;
+    assert_eq!(advice.code, 0, "{advice}");
+    assert!(advice.out.contains("all on-demand $28.80") && advice.out.contains("no spot"), "{advice}");
+    let late = cli(&app, &me, &["advise", "--host", &host_id, "--hours", "8", "--deadline", "4"], "").await;
+    assert_eq!(late.code, 8, "{late}");
+
     // Caps on the running rental, and the account's spend limits, from the terminal.
     let cap = cli(&app, &me, &["cap", &id, "--max-cost", "100", "--max-hours", "5"], "").await;
     assert_eq!(cap.code, 0, "{cap}");

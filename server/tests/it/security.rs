@@ -61,7 +61,7 @@ const RENTAL_PARTIES: &[Who] = &[Renter, Provider, Admin];
 fn audience(operation: &str) -> Option<&'static [Who]> {
     Some(match operation {
         // Public: signing up and in, the market, an agent's enrollment (its token is the key).
-        "sign_up" | "sign_in" | "sign_out" | "list_offers" | "enroll_host" => EVERYONE,
+        "sign_up" | "sign_in" | "sign_out" | "list_offers" | "get_advice" | "enroll_host" => EVERYONE,
         // Anyone signed in, about themselves.
         "get_me"
         | "change_password"
