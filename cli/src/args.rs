@@ -69,14 +69,21 @@ pub enum Command {
     Advise(Advise),
 }
 
+/// One offer: a host and, where it has several, the GPU model.
 #[derive(Debug, Args)]
-pub struct Advise {
+pub struct OfferChoice {
     /// The host of the offer (the HOST column of `offers`).
     #[arg(long)]
     pub host: i64,
     /// The GPU model (needed only when the host offers more than one).
     #[arg(long)]
     pub gpu_model: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct Advise {
+    #[command(flatten)]
+    pub offer: OfferChoice,
     /// GPUs the job runs on at once.
     #[arg(long, default_value_t = 1)]
     pub gpus: u32,
@@ -202,12 +209,8 @@ pub struct Offers {
 
 #[derive(Debug, Args)]
 pub struct Rent {
-    /// The host of the offer (the HOST column of `offers`).
-    #[arg(long)]
-    pub host: i64,
-    /// The GPU model (needed only when the host offers more than one).
-    #[arg(long)]
-    pub gpu_model: Option<String>,
+    #[command(flatten)]
+    pub offer: OfferChoice,
     /// How many GPUs.
     #[arg(long, default_value_t = 1)]
     pub gpus: u32,

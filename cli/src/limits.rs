@@ -67,20 +67,12 @@ pub async fn limits(ctx: &mut Ctx<'_, '_>, args: &Limits) -> Outcome {
         return ctx.print_json(&status);
     }
     let out = &mut *ctx.console.out;
-    writeln!(
-        out,
-        "Today:      {} spent of {} (resets {})",
-        table::dollars(status.spent_today_micros),
-        limit(status.limits.daily_limit_micros),
-        table::time(status.day_resets_at)
-    )?;
-    writeln!(
-        out,
-        "This month: {} spent of {} (resets {})",
-        table::dollars(status.spent_this_month_micros),
-        limit(status.limits.monthly_limit_micros),
-        table::time(status.month_resets_at)
-    )?;
+    for (label, spent, of, resets) in [
+        ("Today:     ", status.spent_today_micros, status.limits.daily_limit_micros, status.day_resets_at),
+        ("This month:", status.spent_this_month_micros, status.limits.monthly_limit_micros, status.month_resets_at),
+    ] {
+        writeln!(out, "{label} {} spent of {} (resets {})", table::dollars(spent), limit(of), table::time(resets))?;
+    }
     Ok(())
 }
 

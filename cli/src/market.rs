@@ -79,12 +79,9 @@ pub async fn offers(ctx: &mut Ctx<'_, '_>, args: &Offers) -> Outcome {
 /// `advise`: the cost advisor's mix for a job on one offer.
 pub async fn advise(ctx: &mut Ctx<'_, '_>, job: &crate::args::Advise) -> Outcome {
     use cardpool_domain::advisor::{Advice, AdviceRequest};
-    let gpu_model = match &job.gpu_model {
-        Some(model) => model.clone(),
-        None => crate::rentals::only_model(ctx, job.host).await?,
-    };
+    let gpu_model = job.offer.gpu_model(ctx).await?;
     let request = AdviceRequest {
-        host_id: job.host,
+        host_id: job.offer.host,
         gpu_model,
         gpus: job.gpus,
         hours: job.hours,

@@ -30,10 +30,7 @@ pub async fn rent(ctx: &mut Ctx<'_, '_>, rent: &Rent) -> Outcome {
         (KindArg::OnDemand | KindArg::Reserved, None, true) => RentalKind::Reserved,
         (kind, _, _) => kind.domain(),
     };
-    let gpu_model = match &rent.gpu_model {
-        Some(model) => model.clone(),
-        None => only_model(ctx, rent.host).await?,
-    };
+    let gpu_model = rent.offer.gpu_model(ctx).await?;
     let ssh_public_key = match &rent.ssh_key {
         Some(path) => public_key(path)?,
         None => String::new(),
@@ -43,7 +40,7 @@ pub async fn rent(ctx: &mut Ctx<'_, '_>, rent: &Rent) -> Outcome {
         (command, _) => command.clone().unwrap_or_default(),
     };
     let form = BookingForm {
-        host_id: rent.host,
+        host_id: rent.offer.host,
         gpu_model,
         kind: kind.as_str().to_owned(),
         gpu_count: rent.gpus.to_string(),
@@ -84,20 +81,28 @@ pub async fn rent(ctx: &mut Ctx<'_, '_>, rent: &Rent) -> Outcome {
 }
 
 /// The one GPU model `host` offers, or a clear refusal.
-pub(crate) async fn only_model(ctx: &mut Ctx<'_, '_>, host: i64) -> Outcome<String> {
-    let query = OfferQuery { host_id: Some(host), per_page: Some(100), ..OfferQuery::default() };
-    let mut models: Vec<String> = market::search(ctx, &query).await?.offers.into_iter().map(|o| o.gpu_model).collect();
-    models.dedup();
-    match models.len() {
-        1 => Ok(models.remove(0)),
-        0 => Err(Failure::new(
-            Kind::NotFound,
-            format!("host {host} has no offers now (offline, not listed or every GPU taken)"),
-        )),
-        _ => Err(Failure::invalid(format!(
-            "host {host} offers several models; choose one with --gpu-model: {}",
-            models.join(", ")
-        ))),
+impl crate::args::OfferChoice {
+    /// The model asked for, or the host's only one.
+    pub(crate) async fn gpu_model(&self, ctx: &mut Ctx<'_, '_>) -> Outcome<String> {
+        if let Some(model) = &self.gpu_model {
+            return Ok(model.clone());
+        }
+        let host = self.host;
+        let query = OfferQuery { host_id: Some(host), per_page: Some(100), ..OfferQuery::default() };
+        let mut models: Vec<String> =
+            market::search(ctx, &query).await?.offers.into_iter().map(|o| o.gpu_model).collect();
+        models.dedup();
+        match models.len() {
+            1 => Ok(models.remove(0)),
+            0 => Err(Failure::new(
+                Kind::NotFound,
+                format!("host {host} has no offers now (offline, not listed or every GPU taken)"),
+            )),
+            _ => Err(Failure::invalid(format!(
+                "host {host} offers several models; choose one with --gpu-model: {}",
+                models.join(", ")
+            ))),
+        }
     }
 }
 

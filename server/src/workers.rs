@@ -2,7 +2,12 @@
 //! only while it leads (`cardpool_service::leader`), so each sweep runs once per cluster.
 
 use cardpool_service::{
-    Services, hosts, leader::Leadership, ledger, notify::delivery, payouts, rentals, session_store::DbSessionStore,
+    Services, hosts,
+    leader::Leadership,
+    ledger,
+    notify::{self, delivery},
+    payouts, rentals,
+    session_store::DbSessionStore,
     telemetry,
 };
 use std::time::Duration;
@@ -11,7 +16,7 @@ use tower_sessions::ExpiredDeletion;
 
 /// Starts the background workers: the host liveness reaper, rental billing and schedules
 /// (reservation windows, scheduled preemptions), webhook deliveries, expired-session cleanup, the retry of payouts
-/// Stripe has not confirmed, the telemetry retention policy, the sign-in throttle's sweep, and
+/// Stripe has not confirmed, the telemetry and notification retention policies, the sign-in throttle's sweep, and
 /// an hourly audit of the ledger.
 ///
 /// The reaper judges no host until `reconnect_hold` has passed since the server started or
@@ -141,6 +146,11 @@ fn start(
                 Ok(0) => {}
                 Ok(n) => tracing::info!(deleted = n, "old telemetry rollups deleted"),
                 Err(err) => tracing::warn!(error = %err, "telemetry retention failed; will retry"),
+            }
+            match notify::apply_retention(&retention).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(deleted = n, "old notifications and webhook deliveries deleted"),
+                Err(err) => tracing::warn!(error = %err, "notification retention failed; will retry"),
             }
         }
     });

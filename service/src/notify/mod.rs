@@ -214,3 +214,48 @@ pub async fn mark_read(services: &Services, principal: &Principal, up_to: Option
     }
     Ok(update.exec(&services.db).await.context("marking notifications read")?.rows_affected)
 }
+
+/// How long read notifications are kept, days, and finished deliveries (delivered or given up).
+pub const KEEP_READ_DAYS: i64 = 90;
+pub const KEEP_DELIVERIES_DAYS: i64 = 30;
+
+/// Deletes finished deliveries older than [`KEEP_DELIVERIES_DAYS`] and read notifications older
+/// than [`KEEP_READ_DAYS`] (with whatever deliveries still name them), so neither table grows
+/// without end. Unread notifications are kept until read. Returns how many rows went.
+pub async fn apply_retention(services: &Services) -> AppResult<u64> {
+    let now = Utc::now();
+    let finished = [DeliveryState::Delivered.as_str(), DeliveryState::Failed.as_str()];
+    let mut deleted = webhook_deliveries::Entity::delete_many()
+        .filter(webhook_deliveries::Column::State.is_in(finished))
+        .filter(webhook_deliveries::Column::CreatedAt.lt(now - chrono::Duration::days(KEEP_DELIVERIES_DAYS)))
+        .exec(&services.db)
+        .await
+        .context("deleting old deliveries")?
+        .rows_affected;
+    let old_read = notifications::Entity::find()
+        .select_only()
+        .column(notifications::Column::Id)
+        .filter(notifications::Column::ReadAt.lt(now - chrono::Duration::days(KEEP_READ_DAYS)))
+        .limit(10_000)
+        .into_tuple::<i64>()
+        .all(&services.db)
+        .await
+        .context("finding old notifications")?;
+    if !old_read.is_empty() {
+        let txn = crate::db::begin_write(&services.db).await.context("starting notification retention")?;
+        deleted += webhook_deliveries::Entity::delete_many()
+            .filter(webhook_deliveries::Column::NotificationId.is_in(old_read.iter().copied()))
+            .exec(&txn)
+            .await
+            .context("deleting their deliveries")?
+            .rows_affected;
+        deleted += notifications::Entity::delete_many()
+            .filter(notifications::Column::Id.is_in(old_read))
+            .exec(&txn)
+            .await
+            .context("deleting old notifications")?
+            .rows_affected;
+        txn.commit().await.context("committing notification retention")?;
+    }
+    Ok(deleted)
+}

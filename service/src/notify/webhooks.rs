@@ -22,6 +22,8 @@ use std::net::IpAddr;
 
 /// Deliveries one page of the log shows.
 pub const DELIVERY_PAGE: u64 = 50;
+/// The least time between two test events to one webhook, seconds.
+pub const TEST_EVERY_SECS: i64 = 5;
 
 /// Webhook tunables.
 #[derive(Debug, Clone)]
@@ -191,9 +193,23 @@ pub async fn delete(services: &Services, principal: &Principal, webhook_id: i64)
 }
 
 /// Queues a `test` event to this one webhook ("send test event"); it goes out within seconds.
+/// One per webhook per [`TEST_EVERY_SECS`], so the button cannot make Cardpool flood a URL.
 pub async fn send_test(services: &Services, principal: &Principal, webhook_id: i64) -> AppResult<WebhookDelivery> {
     let hook = owned(services, principal, webhook_id).await?;
     let now = Utc::now();
+    let last_test: Option<chrono::DateTime<Utc>> = webhook_deliveries::Entity::find()
+        .select_only()
+        .column(webhook_deliveries::Column::CreatedAt)
+        .filter(webhook_deliveries::Column::WebhookId.eq(hook.id))
+        .filter(webhook_deliveries::Column::Event.eq(EventKind::Test.as_str()))
+        .order_by_desc(webhook_deliveries::Column::Id)
+        .into_tuple()
+        .one(&services.db)
+        .await
+        .context("loading the last test")?;
+    if let Some(wait) = last_test.map(|at| TEST_EVERY_SECS - (now - at).num_seconds()).filter(|w| *w > 0) {
+        return Err(AppError::RateLimited { retry_after_secs: u64::try_from(wait).unwrap_or(1) });
+    }
     let txn = crate::db::begin_write(&services.db).await.context("starting test event")?;
     let notice = Notice::new(
         principal.user_id,

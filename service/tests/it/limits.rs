@@ -232,6 +232,8 @@ async fn webhooks_receive_signed_events_and_failures_are_retried(backend: Backen
     let unread = notify::list(&services, &renter, None).await.unwrap().unread;
     let test = notify::webhooks::send_test(&services, &renter, hook.id).await.unwrap();
     assert_eq!(test.state, DeliveryState::Pending);
+    let again = notify::webhooks::send_test(&services, &renter, hook.id).await.unwrap_err();
+    assert!(matches!(again, AppError::RateLimited { retry_after_secs: 1..=5 }), "one test per 5 s: {again:?}");
     delivery::deliver_due(&services, &sender).await.unwrap();
     assert_eq!(received.lock().unwrap().len(), 3);
     assert_eq!(notify::webhooks::deliveries(&services, &renter, dead.id, None).await.unwrap().len(), 1);
@@ -253,6 +255,27 @@ async fn webhooks_receive_signed_events_and_failures_are_retried(backend: Backen
     assert!(matches!(notify::webhooks::send_test(&services, &renter, hook.id).await, Err(AppError::NotFound(_))));
     delivery::deliver_due(&services, &sender).await.unwrap();
     assert_eq!(received.lock().unwrap().len(), 3);
+    // Old finished deliveries and old read notifications are deleted; unread ones stay.
+    let long_ago = Utc::now() - chrono::Duration::days(100);
+    use cardpool_service::entities::{notifications, webhook_deliveries};
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, sea_query::Expr};
+    webhook_deliveries::Entity::update_many()
+        .col_expr(webhook_deliveries::Column::CreatedAt, Expr::value(long_ago))
+        .exec(&services.db)
+        .await
+        .unwrap();
+    notifications::Entity::update_many()
+        .col_expr(notifications::Column::ReadAt, Expr::value(long_ago))
+        .filter(notifications::Column::ReadAt.is_not_null())
+        .exec(&services.db)
+        .await
+        .unwrap();
+    let before = notify::list(&services, &renter, None).await.unwrap();
+    assert!(notify::apply_retention(&services).await.unwrap() > 0);
+    let after = notify::list(&services, &renter, None).await.unwrap();
+    assert_eq!(after.unread, before.unread);
+    assert!(after.items.iter().all(|n| !n.read) && after.items.len() as u64 == before.unread, "{after:?}");
+    assert!(notify::webhooks::deliveries(&services, &renter, dead.id, None).await.unwrap().is_empty());
     // A URL inside the platform is refused where the operator did not allow it.
     let strict = Settings::default();
     let (_db2, strict) = testing::services(backend, strict).await;
