@@ -13,7 +13,8 @@
 //!
 //! Preemptions are counted per hour of spot rental with a prior of one per 24 hours, so an
 //! offer without history is not mistaken for a safe one. All arithmetic is in integers (micro-
-//! dollars, seconds, thousandths): money never becomes a float.
+//! dollars, seconds, thousandths): money never becomes a float. Costs are estimates, so they
+//! are given to the cent.
 
 use crate::{
     AppError, AppResult, Services,
@@ -23,7 +24,7 @@ use crate::{
 };
 use cardpool_domain::{
     advisor::{Advice, AdvicePart, AdviceRequest},
-    money::format_dollars,
+    money::{MICROS_PER_CENT, format_dollars},
     offers::RentalKind,
     rentals::RentalState,
 };
@@ -222,12 +223,18 @@ pub fn recommend(market: &Market, job: &AdviceRequest) -> Advice {
             why,
         });
     }
-    let all_on_demand = micros(market.on_demand_micros, job.gpus, work);
+    // Estimates, shown to the cent.
+    let cents = |m: i64| (m + MICROS_PER_CENT / 2) / MICROS_PER_CENT * MICROS_PER_CENT;
+    for part in &mut parts {
+        part.expected_micros = cents(part.expected_micros);
+    }
+    let (expected, low, high) = (cents(expected), cents(low.min(expected)), cents(high.max(expected)));
+    let all_on_demand = cents(micros(market.on_demand_micros, job.gpus, work));
     Advice {
         parts,
         expected_micros: expected,
-        low_micros: low.min(expected),
-        high_micros: high.max(expected),
+        low_micros: low,
+        high_micros: high,
         all_on_demand_micros: all_on_demand,
         saving_micros: all_on_demand - expected,
         expected_wall_hours_tenths: u32::try_from(wall / 360).unwrap_or(u32::MAX),

@@ -138,7 +138,7 @@ fn Deliveries(list: Vec<WebhookDelivery>) -> impl IntoView {
                 let when = d.delivered_at.or(d.next_attempt_at).unwrap_or(d.created_at);
                 view! {
                     <tr data-testid="delivery" data-state=state>
-                        <td class="py-2 pr-4 font-mono text-xs text-slate-700">{format!("{:?}", d.event).to_lowercase()}</td>
+                        <td class="py-2 pr-4 font-mono text-xs text-slate-700">{d.event.as_str()}</td>
                         <td class="py-2 pr-4"><Badge tone>{state}</Badge></td>
                         <td class="hidden py-2 pr-4 text-slate-600 sm:table-cell">{d.attempts}</td>
                         <td class="max-w-xs truncate py-2 pr-4 text-slate-600" title=answer.clone()>{answer.clone()}</td>

@@ -217,6 +217,13 @@ async fn attempt(services: &Services, sender: &Sender, row: webhook_deliveries::
 mod tests {
     use super::*;
 
+    /// The same vector Python's `hmac` gives (the webhooks page's receiver example).
+    #[test]
+    fn signatures_match_a_known_vector() {
+        let expected = "a252a4340d8bbbdbac8643a2812cc7d628ad79bfba544bff054ac2fa10f795a2";
+        assert_eq!(signature("whsec_k", 1_700_000_000, "{\"a\":1}"), format!("t=1700000000,v1={expected}"));
+    }
+
     #[test]
     fn signatures_verify_and_expire() {
         let now = Utc::now();
