@@ -9,6 +9,7 @@ use crate::{
     auth::Principal,
     db::{DbResultExt, begin_write},
     entities::{rentals, users},
+    ledger::{self, Book},
     notify::{self, Notice},
     spending::{self, Budget},
 };
@@ -78,6 +79,12 @@ impl Room {
             .await
             .context("loading renter")?
             .ok_or(AppError::Internal)?;
+        if user.daily_limit_micros.is_some() || user.monthly_limit_micros.is_some() {
+            // The renter's other rentals settle one at a time from here on: each reads what
+            // the last one charged, so together they cannot pass the limit (PostgreSQL; a
+            // SQLite write transaction is alone anyway).
+            ledger::lock(txn, Book::Wallet(rental.renter_id)).await?;
+        }
         Ok(Room {
             budgets: spending::budgets(txn, &user, now).await?,
             max_cost: rental.max_cost_micros,

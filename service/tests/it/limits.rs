@@ -284,7 +284,28 @@ async fn webhooks_receive_signed_events_and_failures_are_retried(backend: Backen
     assert!(matches!(notify::webhooks::create(&strict, &someone, &inside).await, Err(AppError::Validation { .. })));
 }
 
+async fn rentals_settled_at_once_share_one_limit(backend: Backend) {
+    let (_db, services, _, host_id) = market(backend, 4).await;
+    let renter = testing::renter(&services, "renter@example.com").dollars(100).await;
+    let limits = SpendLimits { daily_limit_micros: Some(3_000_000), monthly_limit_micros: None };
+    spending::set_limits(&services, &renter, limits).await.unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let rental = rentals::book_offer(&services, &renter, &request(host_id, 1)).await.unwrap();
+        report(&services, host_id, rental.id, WorkloadStatus::Ready).await;
+        // An hour each at $2/h: $6 due in all against the day's $3.
+        backdate(&services, rental.id, 3600).await;
+        ids.push(rental.id);
+    }
+    let settled = futures_util::future::join_all(ids.iter().map(|id| rentals::settle(&services, *id))).await;
+    let charged: i64 = settled.into_iter().map(|r| r.unwrap().charged_micros).sum();
+    assert_eq!(charged, 3_000_000, "together they spend the limit, and no more");
+    assert_eq!(spending::spend_status(&services, &renter).await.unwrap().spent_today_micros, 3_000_000);
+    assert!(ledger::verify(&services.db).await.unwrap().is_sound());
+}
+
 backend_tests!(
+    rentals_settled_at_once_share_one_limit,
     a_daily_limit_warns_at_80_percent_and_stops_at_the_limit,
     a_rentals_own_caps_stop_it_alone,
     webhooks_receive_signed_events_and_failures_are_retried
