@@ -15,8 +15,8 @@ use cardpool_domain::notifications::{
 use chrono::Utc;
 use reqwest::Url;
 use sea_orm::{
-    ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, IntoActiveModel, PaginatorTrait,
-    QueryFilter, QueryOrder, QuerySelect,
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, IntoActiveModel, QueryFilter,
+    QueryOrder, QuerySelect,
 };
 use std::net::IpAddr;
 
@@ -261,15 +261,6 @@ pub async fn deliveries(
         query = query.filter(webhook_deliveries::Column::Id.lt(before));
     }
     Ok(query.all(&services.db).await.context("loading deliveries")?.into_iter().map(delivery_dto).collect())
-}
-
-/// How many deliveries wait to be sent (for `/metrics` and tests).
-pub async fn pending_count(services: &Services) -> AppResult<u64> {
-    webhook_deliveries::Entity::find()
-        .filter(webhook_deliveries::Column::State.eq(DeliveryState::Pending.as_str()))
-        .count(&services.db)
-        .await
-        .context("counting deliveries")
 }
 
 #[cfg(test)]
