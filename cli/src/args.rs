@@ -67,6 +67,30 @@ pub enum Command {
     Notifications(Notifications),
     /// The cheapest mix of reserved, on-demand and spot for a job on one offer.
     Advise(Advise),
+    /// Your webhooks: list them, add one (its signing secret is printed once), remove one,
+    /// send one a test event, read its delivery log.
+    #[command(subcommand)]
+    Webhooks(Webhooks),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Webhooks {
+    /// Your webhooks.
+    #[command(alias = "ls")]
+    List,
+    /// Register a URL (https, on a public address); prints its signing secret once.
+    Add {
+        /// Where deliveries go (named apart from the global --url, the server's).
+        #[arg(value_name = "URL")]
+        endpoint: String,
+    },
+    /// Delete a webhook: nothing more is sent to it.
+    #[command(alias = "rm")]
+    Remove { webhook: i64 },
+    /// Send a webhook a test event (it goes out within seconds).
+    Test { webhook: i64 },
+    /// A webhook's delivery log, newest first.
+    Log { webhook: i64 },
 }
 
 /// One offer: a host and, where it has several, the GPU model.

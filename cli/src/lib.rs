@@ -139,5 +139,6 @@ async fn dispatch(cli: Cli, console: &mut Console<'_>) -> Outcome {
         Command::Cap(cap) => limits::cap(&mut ctx, &cap).await,
         Command::Notifications(list) => limits::notifications(&mut ctx, &list).await,
         Command::Advise(job) => market::advise(&mut ctx, &job).await,
+        Command::Webhooks(command) => limits::webhooks(&mut ctx, &command).await,
     }
 }

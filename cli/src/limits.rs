@@ -1,18 +1,19 @@
-//! `limits`, `cap` and `notifications`: the budget the server enforces, and what it told you.
+//! `limits`, `cap`, `notifications` and `webhooks`: the budget the server enforces, what it
+//! told you, and where else it tells it.
 //!
 //! `limits` with no flag shows the account's limits and spending; each flag changes only its
 //! own limit (`none` removes it). `cap` sets one live rental's maximum cost or duration.
 
 use crate::{
     Ctx,
-    args::{Cap, Limits, Notifications},
+    args::{Cap, Limits, Notifications, Webhooks},
     failure::{Failure, Outcome},
     table,
 };
 use cardpool_domain::{
     FieldErrors,
     limits::{RentalLimits, SpendLimits, SpendStatus, parse_optional_dollars, parse_optional_hours},
-    notifications::NotificationPage,
+    notifications::{NewWebhook, NotificationPage, Webhook, WebhookDelivery},
     rentals::Rental,
 };
 use reqwest::Method;
@@ -123,6 +124,77 @@ pub async fn notifications(ctx: &mut Ctx<'_, '_>, args: &Notifications) -> Outco
     for n in &page.items {
         let mark = if n.read { ' ' } else { '•' };
         writeln!(out, "{mark} {}  {}  {}", table::time(n.created_at), n.title, n.body)?;
+    }
+    Ok(())
+}
+
+pub async fn webhooks(ctx: &mut Ctx<'_, '_>, command: &Webhooks) -> Outcome {
+    match command {
+        Webhooks::List => {
+            let hooks: Vec<Webhook> = ctx.get("/webhooks").await?;
+            if ctx.json {
+                return ctx.print_json(&hooks);
+            }
+            if hooks.is_empty() {
+                writeln!(ctx.console.out, "No webhooks. Add one: cardpool-cli webhooks add https://...")?;
+            }
+            for hook in &hooks {
+                writeln!(ctx.console.out, "{:>4}  {}  (since {})", hook.id, hook.url, table::time(hook.created_at))?;
+            }
+        }
+        Webhooks::Add { endpoint } => {
+            let hook: Webhook = ctx.call(Method::POST, "/webhooks", &NewWebhook { url: endpoint.clone() }).await?;
+            if ctx.json {
+                return ctx.print_json(&hook);
+            }
+            writeln!(
+                ctx.console.out,
+                "Webhook {} added for {}.\nSigning secret (shown only now): {}",
+                hook.id,
+                hook.url,
+                hook.secret.unwrap_or_default()
+            )?;
+        }
+        Webhooks::Remove { webhook } => {
+            ctx.api.send(&mut *ctx.console.err, Method::DELETE, &format!("/webhooks/{webhook}"), None).await?;
+            if !ctx.json {
+                writeln!(ctx.console.out, "Webhook {webhook} deleted.")?;
+            }
+        }
+        Webhooks::Test { webhook } => {
+            let delivery: WebhookDelivery =
+                ctx.call(Method::POST, &format!("/webhooks/{webhook}/test"), &serde_json::json!({})).await?;
+            if ctx.json {
+                return ctx.print_json(&delivery);
+            }
+            writeln!(
+                ctx.console.out,
+                "Test event queued (delivery {}); see: cardpool-cli webhooks log {webhook}",
+                delivery.id
+            )?;
+        }
+        Webhooks::Log { webhook } => {
+            let log: Vec<WebhookDelivery> = ctx.get(&format!("/webhooks/{webhook}/deliveries")).await?;
+            if ctx.json {
+                return ctx.print_json(&log);
+            }
+            for d in &log {
+                let answer = match (d.last_status, &d.last_error) {
+                    (Some(status), _) => format!("HTTP {status}"),
+                    (None, Some(error)) => error.clone(),
+                    (None, None) => "-".to_owned(),
+                };
+                writeln!(
+                    ctx.console.out,
+                    "{:>6}  {:<24} {:<9} {} attempt(s)  {answer}  {}",
+                    d.id,
+                    d.event.as_str(),
+                    d.state.as_str(),
+                    d.attempts,
+                    table::time(d.created_at)
+                )?;
+            }
+        }
     }
     Ok(())
 }
