@@ -2,15 +2,13 @@
 //! and spot for this offer with its expected cost, likely range and saving, and why.
 
 use super::{
-    form::{FormAlert, SubmitButton, field_error, form_error},
+    form::{FormAlert, INPUT, SubmitButton, field_error, form_error},
     kit::{Badge, Tone},
     money::dollars,
 };
 use crate::server_fns::advisor::GetAdvice;
 use cardpool_domain::{advisor::Advice, offers::RentalKind};
 use leptos::prelude::*;
-
-const INPUT: &str = "block w-full rounded-lg border-0 px-3 py-2 text-slate-900 shadow-sm ring-1 ring-inset ring-slate-300 placeholder:text-slate-400 focus:ring-2 focus:ring-inset focus:ring-indigo-600 aria-[invalid=true]:ring-red-500";
 
 #[component]
 pub fn AdvisorPanel(host_id: i64, model: String) -> impl IntoView {

@@ -5,6 +5,9 @@
 use cardpool_domain::AppError;
 use leptos::prelude::*;
 
+/// The classes of a text input, as every form draws one (ring, focus, the invalid state).
+pub const INPUT: &str = "block w-full rounded-lg border-0 px-3 py-2 text-slate-900 shadow-sm ring-1 ring-inset ring-slate-300 placeholder:text-slate-400 focus:ring-2 focus:ring-inset focus:ring-indigo-600 aria-[invalid=true]:ring-red-500";
+
 /// The message for `field` in the latest result of an action, if it failed validation there.
 pub fn field_error<T>(value: MappedSignal<Option<Result<T, AppError>>>, field: &'static str) -> Signal<Option<String>>
 where
@@ -80,7 +83,7 @@ pub fn Field(
                 value=value
                 aria-invalid=move || if error.get().is_some() { "true" } else { "false" }
                 aria-describedby=described_by
-                class="block w-full rounded-lg border-0 px-3 py-2 text-slate-900 shadow-sm ring-1 ring-inset ring-slate-300 placeholder:text-slate-400 focus:ring-2 focus:ring-inset focus:ring-indigo-600 aria-[invalid=true]:ring-red-500"
+                class=INPUT
             />
             {hint.map(|hint| view! { <p id=hint_id class="text-xs text-slate-500">{hint}</p> })}
             <p id=error_id class="text-sm text-red-700" class:hidden=move || error.get().is_none()>

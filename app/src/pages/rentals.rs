@@ -7,7 +7,7 @@
 use crate::{
     components::{
         advisor::AdvisorPanel,
-        form::{FormAlert, SubmitButton, field_error, form_error},
+        form::{FormAlert, INPUT, SubmitButton, field_error, form_error},
         kit::{Await, Badge, Tone},
         limits::CapsForm,
         logs::RentalLogs,
@@ -30,8 +30,6 @@ use cardpool_domain::{
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
-
-const INPUT: &str = "block w-full rounded-lg border-0 px-3 py-2 text-slate-900 shadow-sm ring-1 ring-inset ring-slate-300 placeholder:text-slate-400 focus:ring-2 focus:ring-inset focus:ring-indigo-600 aria-[invalid=true]:ring-red-500";
 
 fn kind_label(kind: RentalKind) -> &'static str {
     match kind {
