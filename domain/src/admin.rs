@@ -58,10 +58,13 @@ pub enum AuditAction {
     WalletCredit,
     #[serde(rename = "wallet.refund")]
     WalletRefund,
+    /// Money given back on one rental, through the ledger.
+    #[serde(rename = "rental.refund")]
+    RentalRefund,
 }
 
 impl AuditAction {
-    pub const ALL: [AuditAction; 12] = [
+    pub const ALL: [AuditAction; 13] = [
         AuditAction::HostVerify,
         AuditAction::HostUnverify,
         AuditAction::HostDelist,
@@ -74,6 +77,7 @@ impl AuditAction {
         AuditAction::UserEnableProvider,
         AuditAction::WalletCredit,
         AuditAction::WalletRefund,
+        AuditAction::RentalRefund,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -90,6 +94,7 @@ impl AuditAction {
             AuditAction::UserEnableProvider => "user.enable_provider",
             AuditAction::WalletCredit => "wallet.credit",
             AuditAction::WalletRefund => "wallet.refund",
+            AuditAction::RentalRefund => "rental.refund",
         }
     }
 
@@ -97,7 +102,7 @@ impl AuditAction {
         AuditAction::ALL.into_iter().find(|a| a.as_str() == raw)
     }
 
-    /// What the action is done to: `host` or `user`.
+    /// What the action is done to: one of [`SUBJECT_KINDS`].
     pub fn subject_kind(self) -> &'static str {
         match self {
             AuditAction::HostVerify
@@ -105,10 +110,14 @@ impl AuditAction {
             | AuditAction::HostDelist
             | AuditAction::HostRelist
             | AuditAction::HostRevoke => "host",
+            AuditAction::RentalRefund => "rental",
             _ => "user",
         }
     }
 }
+
+/// What audited actions are done to.
+pub const SUBJECT_KINDS: [&str; 3] = ["host", "user", "rental"];
 
 /// One line of the audit log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -122,7 +131,7 @@ pub struct AuditEntry {
     pub actor: String,
     /// e.g. `host.verify` (see [`AuditAction`]).
     pub action: String,
-    /// `host` or `user`.
+    /// `host`, `user` or `rental`.
     pub subject_kind: String,
     pub subject_id: i64,
     pub reason: String,
@@ -137,7 +146,7 @@ pub struct AuditEntry {
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 #[serde(default)]
 pub struct AuditQuery {
-    /// `host` or `user`.
+    /// `host`, `user` or `rental`.
     pub subject_kind: Option<String>,
     pub subject_id: Option<i64>,
     /// e.g. `user.suspend`.
@@ -156,6 +165,120 @@ pub struct AuditPage {
     pub total: u64,
     pub page: u32,
     pub per_page: u32,
+}
+
+/// Which rentals an admin lists (all optional), newest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams, utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
+#[serde(default)]
+pub struct AdminRentalQuery {
+    /// e.g. `running` (see `RentalState`).
+    pub state: Option<String>,
+    /// `on_demand`, `reserved` or `spot`.
+    pub kind: Option<String>,
+    pub host_id: Option<i64>,
+    pub renter_id: Option<i64>,
+    /// Part of the renter's email, at most 254 characters.
+    pub renter: Option<String>,
+    /// Booked on or after this UTC day, `YYYY-MM-DD`.
+    pub since: Option<String>,
+    /// Booked on or before this UTC day, `YYYY-MM-DD`.
+    pub until: Option<String>,
+    /// 1-based page number.
+    pub page: Option<u32>,
+    /// Rentals per page (at most 100; default 25).
+    #[cfg_attr(feature = "openapi", param(minimum = 1, maximum = 100))]
+    pub per_page: Option<u32>,
+}
+
+/// One rental as the admin list shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AdminRental {
+    pub id: i64,
+    pub renter_id: i64,
+    pub renter_email: String,
+    pub host_id: i64,
+    pub hostname: String,
+    pub gpu_model: String,
+    pub gpu_count: u32,
+    pub kind: crate::offers::RentalKind,
+    pub state: crate::rentals::RentalState,
+    /// Per GPU-hour, micro-dollars.
+    pub price_micros: i64,
+    pub created_at: DateTime<Utc>,
+    pub running_since: Option<DateTime<Utc>>,
+    pub ends_at: Option<DateTime<Utc>>,
+    pub billed_seconds: i64,
+    /// What the renter paid for it, net of the platform's automatic refunds, micro-dollars.
+    pub charged_micros: i64,
+    /// What admins refunded on it, micro-dollars.
+    pub refunded_micros: i64,
+}
+
+impl AdminRental {
+    /// What an admin may still refund: what was charged and not refunded yet.
+    pub fn refundable_micros(&self) -> i64 {
+        (self.charged_micros - self.refunded_micros).max(0)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AdminRentalPage {
+    pub rentals: Vec<AdminRental>,
+    pub total: u64,
+    pub page: u32,
+    pub per_page: u32,
+}
+
+/// An admin's refund on one rental: how much (dollars, at most what is refundable) and why.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RentalRefundRequest {
+    /// Dollars, e.g. `2.50`.
+    pub amount: String,
+    /// Why, in 3 to 500 printable characters (kept in the audit log and on the ledger entry).
+    #[cfg_attr(feature = "openapi", schema(min_length = 3, max_length = 500))]
+    pub reason: String,
+}
+
+/// An account as an admin looks into it: roles and standing, money, hosts and activity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AccountDetail {
+    pub user: crate::account::UserSummary,
+    /// Spendable wallet balance, micro-dollars.
+    pub wallet_micros: i64,
+    /// Held for prepaid reservations, micro-dollars.
+    pub held_micros: i64,
+    /// Provider earnings not yet paid out, micro-dollars.
+    pub earnings_micros: i64,
+    /// Paid out to the provider so far, micro-dollars.
+    pub paid_out_micros: i64,
+    /// What the account paid for rentals over its life, micro-dollars.
+    pub spent_micros: i64,
+    pub rentals: u64,
+    pub live_rentals: u64,
+    pub hosts: Vec<crate::host::HostSummary>,
+}
+
+/// A host's history as admins review it: its status changes (outages, revocation), its alerts
+/// and the admin actions taken on it, newest first. Its rentals are the admin rental list
+/// filtered on the host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct HostHistory {
+    pub host: crate::host::HostSummary,
+    pub provider_id: i64,
+    pub provider_email: String,
+    /// Status changes, newest first (at most 200).
+    pub events: Vec<crate::host::HostEvent>,
+    /// Alerts raised on the host, open or not, newest first (at most 200).
+    pub alerts: Vec<crate::telemetry::Alert>,
+    /// Admin actions on the host, newest first (at most 100).
+    pub audit: Vec<AuditEntry>,
 }
 
 #[cfg(test)]

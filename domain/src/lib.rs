@@ -16,6 +16,7 @@ pub mod notifications;
 pub mod offers;
 pub mod payments;
 pub mod rentals;
+pub mod reports;
 pub mod telemetry;
 pub mod wire;
 

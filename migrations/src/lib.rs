@@ -24,6 +24,7 @@ mod m20261201_000014_hashed_sessions;
 mod m20261202_000015_replicas;
 mod m20261203_000016_admin_console;
 mod m20261203_000017_limits_and_notifications;
+mod m20261204_000018_admin_rentals;
 
 pub struct Migrator;
 
@@ -48,6 +49,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261202_000015_replicas::Migration),
             Box::new(m20261203_000016_admin_console::Migration),
             Box::new(m20261203_000017_limits_and_notifications::Migration),
+            Box::new(m20261204_000018_admin_rentals::Migration),
         ]
     }
 }

@@ -304,23 +304,35 @@ pub async fn list_alerts(services: &Services, principal: &Principal) -> AppResul
         .all(&services.db)
         .await
         .context("loading alerts")?;
-    Ok(rows
-        .into_iter()
-        .filter_map(|a| {
-            Some(Alert {
-                id: a.id,
-                kind: AlertKind::parse(&a.kind)?,
-                host_label: labels.get(&a.host_id).cloned().unwrap_or_default(),
-                host_id: a.host_id,
-                gpu_index: a.gpu_index.and_then(|g| u32::try_from(g).ok()),
-                rental_id: a.rental_id,
-                message: a.message,
-                raised_at: a.raised_at,
-                resolved_at: a.resolved_at,
-                acknowledged_at: a.acknowledged_at,
-            })
-        })
-        .collect())
+    Ok(rows.into_iter().filter_map(|a| view(a, &labels)).collect())
+}
+
+/// One host's alerts, open or not, newest first (at most `limit`).
+pub(crate) async fn host_alerts(services: &Services, host_id: i64, label: &str, limit: u64) -> AppResult<Vec<Alert>> {
+    let labels = HashMap::from([(host_id, label.to_owned())]);
+    let rows = alerts::Entity::find()
+        .filter(alerts::Column::HostId.eq(host_id))
+        .order_by_desc(alerts::Column::Id)
+        .limit(limit)
+        .all(&services.db)
+        .await
+        .context("loading the host's alerts")?;
+    Ok(rows.into_iter().filter_map(|a| view(a, &labels)).collect())
+}
+
+fn view(a: alerts::Model, labels: &HashMap<i64, String>) -> Option<Alert> {
+    Some(Alert {
+        id: a.id,
+        kind: AlertKind::parse(&a.kind)?,
+        host_label: labels.get(&a.host_id).cloned().unwrap_or_default(),
+        host_id: a.host_id,
+        gpu_index: a.gpu_index.and_then(|g| u32::try_from(g).ok()),
+        rental_id: a.rental_id,
+        message: a.message,
+        raised_at: a.raised_at,
+        resolved_at: a.resolved_at,
+        acknowledged_at: a.acknowledged_at,
+    })
 }
 
 /// An admin acknowledges an alert. An XID error is an event, not a condition: acknowledging

@@ -3,7 +3,7 @@
 //! without its change. The table refuses UPDATE and DELETE itself (see the migration).
 
 use crate::{AppError, AppResult, Services, auth::Principal, db::DbResultExt, entities::audit_log};
-use cardpool_domain::admin::{AuditAction, AuditEntry, AuditPage, AuditQuery};
+use cardpool_domain::admin::{AuditAction, AuditEntry, AuditPage, AuditQuery, SUBJECT_KINDS};
 use chrono::Utc;
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect,
@@ -59,8 +59,8 @@ pub async fn list(services: &Services, principal: &Principal, query: &AuditQuery
     let page = query.page.unwrap_or(1).clamp(1, 10_000);
     let mut select = audit_log::Entity::find();
     if let Some(kind) = query.subject_kind.as_deref().filter(|k| !k.is_empty()) {
-        if !matches!(kind, "host" | "user") {
-            return Err(AppError::invalid_field("subject_kind", "host or user"));
+        if !SUBJECT_KINDS.contains(&kind) {
+            return Err(AppError::invalid_field("subject_kind", "host, user or rental"));
         }
         select = select.filter(audit_log::Column::SubjectKind.eq(kind));
     }

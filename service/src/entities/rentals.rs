@@ -45,6 +45,8 @@ pub struct Model {
     pub max_cost_micros: Option<i64>,
     /// The renter's cap on how long this rental may bill, seconds.
     pub max_duration_secs: Option<i64>,
+    /// What admins refunded on this rental through the ledger, micro-dollars.
+    pub refunded_micros: i64,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

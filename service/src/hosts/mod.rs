@@ -293,9 +293,14 @@ pub async fn list_hosts(services: &Services, principal: &Principal) -> AppResult
     if !principal.roles.admin {
         require_provider(principal)?;
     }
+    summaries(services, (!principal.roles.admin).then_some(principal.user_id)).await
+}
+
+/// The hosts of `provider` (every host for `None`), newest first.
+pub(crate) async fn summaries(services: &Services, provider: Option<i64>) -> AppResult<Vec<HostSummary>> {
     let mut query = hosts::Entity::find().order_by_desc(hosts::Column::Id);
-    if !principal.roles.admin {
-        query = query.filter(hosts::Column::ProviderId.eq(principal.user_id));
+    if let Some(provider) = provider {
+        query = query.filter(hosts::Column::ProviderId.eq(provider));
     }
     let rows = query.find_with_related(gpus::Entity).all(&services.db).await.context("listing hosts")?;
     Ok(rows.iter().map(|(host, host_gpus)| summary(host, host_gpus)).collect())

@@ -171,7 +171,8 @@ pub async fn credits_since(conn: &impl ConnectionTrait, book: Book, since: DateT
 }
 
 /// What `renter` committed to rentals at or after `since` (the spend limits' measure): usage
-/// charged to the wallet and reservations prepaid, less released holds and usage refunds,
+/// charged to the wallet and reservations prepaid, less released holds and usage refunds
+/// (automatic and admins'),
 /// never below zero. Read like [`credits_since`]: one range of the wallet's postings.
 pub async fn rental_spend_since(conn: &impl ConnectionTrait, renter: i64, since: DateTime<Utc>) -> AppResult<i64> {
     let Some(account) = find_account_row(conn, &Book::Wallet(renter).code()).await? else {
@@ -184,7 +185,7 @@ pub async fn rental_spend_since(conn: &impl ConnectionTrait, renter: i64, since:
         "SELECT CAST(COALESCE(SUM(-p.amount_micros), 0) AS BIGINT) AS total FROM ledger_postings p \
          JOIN ledger_transactions t ON t.id = p.transaction_id \
          WHERE p.ledger_account_id = {account} AND p.transaction_id >= {first} \
-         AND t.kind IN ('usage', 'hold', 'release', 'usage_refund')"
+         AND t.kind IN ('usage', 'hold', 'release', 'usage_refund', 'rental_refund')"
     );
     Ok(sum(conn, sql, text).await?.max(0))
 }

@@ -85,7 +85,8 @@ impl Book {
 /// A balanced movement of money, ready to post.
 #[derive(Debug, Clone)]
 pub struct Entry {
-    /// `top_up`, `usage`, `credit`, `refund`, `hold`, `release`, `capture`, `payout`, ...
+    /// `top_up`, `usage`, `credit`, `refund`, `rental_refund`, `hold`, `release`, `capture`,
+    /// `payout`, ...
     pub kind: &'static str,
     /// Names the business event; unique across the ledger.
     pub reference: String,
@@ -341,8 +342,7 @@ pub async fn capture(
 
 /// Gives back `amount` the renter paid for time the host did not deliver (billed past an
 /// interrupted host's last heartbeat) into `to` (their wallet, or held funds for a
-/// reservation): the provider's share from their earnings, the fee from the platform's. What
-/// the provider no longer has (already paid out) the platform pays.
+/// reservation). See [`usage_reversal`] for who pays.
 pub async fn refund_usage(
     conn: &impl ConnectionTrait,
     to: Book,
@@ -352,14 +352,31 @@ pub async fn refund_usage(
     reference: String,
     description: String,
 ) -> AppResult<i64> {
+    let entry = usage_reversal(conn, "usage_refund", to, provider, amount, fee_bps, reference, description).await?;
+    post(conn, entry).await
+}
+
+/// An entry that gives `amount` of rental charges back into `to`, paid as the charge was
+/// split: the provider's share from their earnings, the fee from the platform's. What the
+/// provider no longer has (already paid out) the platform pays.
+#[allow(clippy::too_many_arguments)]
+pub async fn usage_reversal(
+    conn: &impl ConnectionTrait,
+    kind: &'static str,
+    to: Book,
+    provider: i64,
+    amount: i64,
+    fee_bps: u32,
+    reference: String,
+    description: String,
+) -> AppResult<Entry> {
     let (share, _) = split_fee(amount, fee_bps);
     let earnings = balance(conn, Book::Earnings(provider)).await?;
     let from_provider = std::cmp::Ord::clamp(earnings, 0, share);
-    let entry = Entry::new("usage_refund", reference, description)
+    Ok(Entry::new(kind, reference, description)
         .leg(to, amount)
         .leg(Book::Earnings(provider), -from_provider)
-        .leg(Book::PlatformFees, from_provider - amount);
-    post(conn, entry).await
+        .leg(Book::PlatformFees, from_provider - amount))
 }
 
 /// `amount` from `from` to the provider's earnings, the platform fee split off.

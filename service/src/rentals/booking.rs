@@ -405,6 +405,7 @@ async fn hold(
         prepaid_micros: Set(if reserved { quote.upfront } else { 0 }),
         billed_seconds: Set(0),
         charged_micros: Set(0),
+        refunded_micros: Set(0),
         settled: Set(false),
         stop_when_idle: Set(request.stop_when_idle),
         max_cost_micros: Set(request.limits.max_cost_micros),

@@ -41,4 +41,5 @@ pub use pricing::{clearing_price, cost};
 pub use schedules::{interrupt_host, run_schedules};
 pub use spot::change_bid;
 pub use state::open_end;
+pub(crate) use state::load_for_update;
 pub use views::{Audience, get_rental, list_rentals, visible_rental};

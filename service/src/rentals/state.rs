@@ -136,7 +136,7 @@ fn told(state: RentalState) -> Option<&'static str> {
     }
 }
 
-pub(super) async fn load_for_update(txn: &DatabaseTransaction, rental_id: i64) -> AppResult<rentals::Model> {
+pub(crate) async fn load_for_update(txn: &DatabaseTransaction, rental_id: i64) -> AppResult<rentals::Model> {
     let mut query = rentals::Entity::find_by_id(rental_id);
     if txn.get_database_backend() == DbBackend::Postgres {
         query = query.lock_exclusive();

@@ -5,6 +5,7 @@
 
 mod accounts;
 mod admin;
+mod admin_rentals;
 mod advisor;
 mod fuzz_corpus;
 mod hosts;
