@@ -75,7 +75,11 @@ pub fn App() -> impl IntoView {
                         <Route path=path!("/notifications") view={Lazy::<NotificationsRoute>::new()} />
                         <Route path=path!("/admin/fleet") view={Lazy::<AdminFleetRoute>::new()} />
                         <Route path=path!("/admin/users") view={Lazy::<AdminUsersRoute>::new()} />
+                        <Route path=path!("/admin/users/:id") view={Lazy::<AdminAccountRoute>::new()} />
                         <Route path=path!("/admin/hosts") view={Lazy::<AdminHostsRoute>::new()} />
+                        <Route path=path!("/admin/hosts/:id") view={Lazy::<AdminHostRoute>::new()} />
+                        <Route path=path!("/admin/rentals") view={Lazy::<AdminRentalsRoute>::new()} />
+                        <Route path=path!("/admin/reports") view={Lazy::<AdminReportsRoute>::new()} />
                         <Route path=path!("/admin/audit") view={Lazy::<AdminAuditRoute>::new()} />
                         <Route path=path!("/admin/credits") view={Lazy::<AdminCreditsRoute>::new()} />
                         <Route path=path!("/wallet") view={Lazy::<WalletRoute>::new()} />

@@ -172,7 +172,12 @@ mod tests {
         let months = Period::Month.boundaries(now, 3);
         assert_eq!(
             months,
-            vec![at("2026-10-01T00:00:00Z"), at("2026-11-01T00:00:00Z"), at("2026-12-01T00:00:00Z"), at("2027-01-01T00:00:00Z")]
+            vec![
+                at("2026-10-01T00:00:00Z"),
+                at("2026-11-01T00:00:00Z"),
+                at("2026-12-01T00:00:00Z"),
+                at("2027-01-01T00:00:00Z")
+            ]
         );
         let days = Period::Day.boundaries(now, 30);
         assert_eq!(days.len(), 31);
@@ -187,8 +192,24 @@ mod tests {
         let b = ReportBucket { rented_gpu_seconds: 3_600, online_gpu_seconds: 14_400, ..ReportBucket::default() };
         assert_eq!(b.occupancy_bps(), 2_500);
         assert_eq!(ReportBucket::default().occupancy_bps(), 0);
-        assert_eq!(overlap_seconds(at("2026-12-01T23:00:00Z"), at("2026-12-02T01:00:00Z"), at("2026-12-02T00:00:00Z"), at("2026-12-03T00:00:00Z")), 3_600);
-        assert_eq!(overlap_seconds(at("2026-12-04T00:00:00Z"), at("2026-12-05T00:00:00Z"), at("2026-12-02T00:00:00Z"), at("2026-12-03T00:00:00Z")), 0);
+        assert_eq!(
+            overlap_seconds(
+                at("2026-12-01T23:00:00Z"),
+                at("2026-12-02T01:00:00Z"),
+                at("2026-12-02T00:00:00Z"),
+                at("2026-12-03T00:00:00Z")
+            ),
+            3_600
+        );
+        assert_eq!(
+            overlap_seconds(
+                at("2026-12-04T00:00:00Z"),
+                at("2026-12-05T00:00:00Z"),
+                at("2026-12-02T00:00:00Z"),
+                at("2026-12-03T00:00:00Z")
+            ),
+            0
+        );
         // Split at midnight, the halves add up to the whole.
         let (from, to) = (at("2026-12-01T23:59:58.700Z"), at("2026-12-02T00:00:01.200Z"));
         let midnight = at("2026-12-02T00:00:00Z");

@@ -91,3 +91,108 @@ test("an admin verifies, delists and suspends, and the audit log says who did wh
   await expect(rows.first()).toContainText("maintenance: swapping a PSU");
   for (const row of await rows.all()) await expect(row).toContainText("host.delist");
 });
+
+/** Micro-dollars as the app shows them: at least two decimals, `$0.001245`. */
+function dollars(micros: number): string {
+  let fraction = String(micros % 1_000_000).padStart(6, "0");
+  while (fraction.length > 2 && fraction.endsWith("0")) fraction = fraction.slice(0, -1);
+  return `$${Math.floor(micros / 1_000_000)}.${fraction}`;
+}
+
+/** Polls the renter's rental until `done` holds of it (the demo agent runs it for real). */
+async function rentalUntil(page: import("@playwright/test").Page, id: number, done: (r: any) => boolean) {
+  let rental: any;
+  await expect
+    .poll(async () => {
+      rental = await (await page.request.get(`/api/v1/rentals/${id}`)).json();
+      return done(rental.rental);
+    }, { timeout: 30_000 })
+    .toBe(true);
+  return rental.rental;
+}
+
+test("an admin finds a rental, refunds it through the ledger, and reads revenue and occupancy", async ({ page, browser }, testInfo) => {
+  const origin = new URL(String(testInfo.project.use.baseURL)).origin;
+  // The demo renter runs a short job on the Frankfurt H100s through the API, and stops it.
+  const theirs = await browser.newContext();
+  const renter = await theirs.newPage();
+  await signIn(renter, "renter@demo.cardpool.dev");
+  const offers = await (await renter.request.get("/api/v1/offers?per_page=50")).json();
+  const offer = offers.offers.find((o: any) => o.location?.includes("Frankfurt") && o.gpu_model.includes("H100"));
+  expect(offer, "the demo's Frankfurt H100 offer").toBeTruthy();
+  const booked = await renter.request.post("/api/v1/rentals", {
+    headers: { origin },
+    data: { host_id: offer.host_id, gpu_model: offer.gpu_model, gpu_count: 1, kind: "on_demand", workload: { command: "sleep 600" } },
+  });
+  expect(booked.status(), await booked.text()).toBe(200);
+  const id: number = (await booked.json()).id;
+  try {
+    await rentalUntil(renter, id, (r) => r.state === "running");
+    await renter.waitForTimeout(3_000);
+  } finally {
+    await renter.request.post(`/api/v1/rentals/${id}/stop`, { headers: { origin } });
+  }
+  const ended = await rentalUntil(renter, id, (r) => r.state === "ended" && r.charged_micros > 0);
+  await theirs.close();
+
+  // The admin finds it by renter and state, and refunds all of it.
+  await signIn(page, "admin@demo.cardpool.dev");
+  await page.goto("/admin/rentals");
+  await hydrated(page);
+  await page.getByLabel("Renter email").fill("renter@demo");
+  await page.getByLabel("State", { exact: true }).selectOption("ended");
+  await page.getByRole("button", { name: "Filter" }).click();
+  await expect(page).toHaveURL(/renter=renter%40demo|renter=renter@demo/);
+  await expect(page).toHaveURL(/state=ended/);
+  await hydrated(page);
+  const row = page.getByTestId("admin-rental-row").filter({ hasText: `#${id}` });
+  await expect(row).toBeVisible();
+  const charged = await row.getByTestId("rental-charged").innerText();
+  expect(charged).toBe(dollars(ended.charged_micros));
+  await row.locator("summary").click();
+  await row.getByLabel(/^Amount/).fill(charged.replace("$", ""));
+  await row.getByLabel(/^Reason/).fill("the job hit a driver fault");
+  await row.getByRole("button", { name: "Refund" }).click();
+  await expect(page.getByRole("status").filter({ hasText: "Refunded rental" })).toHaveText(
+    `Refunded rental #${id}: ${charged} refunded in all, $0.00 left.`,
+  );
+  await expect(row.locator("summary")).toHaveCount(0);
+  await snap(page, "admin-rentals");
+
+  // Refused beyond what is left: nothing was left.
+  const again = await page.request.post(`/api/v1/admin/rentals/${id}/refund`, {
+    headers: { origin },
+    data: { amount: "0.01", reason: "once more" },
+  });
+  expect(again.status()).toBe(422);
+  expect(await again.text()).toContain("$0.00");
+
+  // The audit log and the renter's record.
+  await page.goto("/admin/audit?subject_kind=rental");
+  await expect(page.getByTestId("audit-row").first()).toContainText("rental.refund");
+  await expect(page.getByTestId("audit-row").first()).toContainText("the job hit a driver fault");
+  await page.goto("/admin/users?q=renter%40demo.cardpool.dev");
+  await page.getByRole("link", { name: "renter@demo.cardpool.dev" }).click();
+  await expect(page.getByTestId("account-email")).toHaveText("renter@demo.cardpool.dev");
+  await expect(page.getByTestId("account-wallet")).toContainText("$");
+  await expect(page.getByTestId("admin-rental-row").filter({ hasText: `#${id}` })).toBeVisible();
+  await snap(page, "admin-account");
+
+  // The host's history: its status changes and its rentals.
+  await page.goto(`/admin/hosts/${offer.host_id}`);
+  await expect(page.getByTestId("host-name")).toHaveText("fra-h100-01");
+  await expect(page.getByTestId("host-event-row").first()).toBeVisible();
+  await expect(page.getByTestId("admin-rental-row").filter({ hasText: `#${id}` })).toBeVisible();
+  await snap(page, "admin-host-history");
+
+  // Revenue and occupancy: 30 days, then 12 weeks.
+  await page.goto("/admin/reports");
+  await expect(page.getByTestId("revenue-chart").locator("svg")).toHaveAttribute("data-bars", "30");
+  await expect(page.getByTestId("occupancy-chart").locator("svg")).toHaveAttribute("data-bars", "30");
+  await expect(page.getByTestId("report-refunds")).not.toHaveText("$0.00");
+  await snap(page, "admin-reports");
+  await hydrated(page);
+  await page.getByRole("link", { name: "Weeks" }).click();
+  await expect(page).toHaveURL(/period=week/);
+  await expect(page.getByTestId("revenue-chart").locator("svg")).toHaveAttribute("data-bars", "12");
+});

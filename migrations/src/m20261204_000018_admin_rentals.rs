@@ -14,7 +14,10 @@ impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         manager
             .alter_table(
-                Table::alter().table(Rentals::Table).add_column(big_integer(Rentals::RefundedMicros).default(0)).to_owned(),
+                Table::alter()
+                    .table(Rentals::Table)
+                    .add_column(big_integer(Rentals::RefundedMicros).default(0))
+                    .to_owned(),
             )
             .await?;
         manager

@@ -1,6 +1,7 @@
 //! Reusable pieces of the UI, by area.
 
 pub mod advisor;
+pub mod bars;
 pub mod bundle;
 pub mod form;
 pub mod kit;

@@ -48,7 +48,15 @@ macro_rules! lazy_pages {
 }
 
 use account::AccountPage;
-use admin::{AdminCreditsPage, audit::AdminAuditPage, hosts::AdminHostsPage, users::AdminUsersPage};
+use admin::{
+    AdminCreditsPage,
+    audit::AdminAuditPage,
+    hosts::AdminHostsPage,
+    records::{AdminAccountPage, AdminHostPage},
+    rentals::AdminRentalsPage,
+    reports::AdminReportsPage,
+    users::AdminUsersPage,
+};
 use api_tokens::ApiTokensPage;
 use earnings::EarningsPage;
 use fleet::AdminFleetPage;
@@ -78,6 +86,10 @@ lazy_pages! {
     AdminUsersRoute => AdminUsersPage,
     AdminHostsRoute => AdminHostsPage,
     AdminAuditRoute => AdminAuditPage,
+    AdminAccountRoute => AdminAccountPage,
+    AdminHostRoute => AdminHostPage,
+    AdminRentalsRoute => AdminRentalsPage,
+    AdminReportsRoute => AdminReportsPage,
     AdminCreditsRoute => AdminCreditsPage,
     WalletRoute => WalletPage,
     ReceiptRoute => ReceiptPage,

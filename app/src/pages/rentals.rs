@@ -31,7 +31,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
 
-fn kind_label(kind: RentalKind) -> &'static str {
+pub(crate) fn kind_label(kind: RentalKind) -> &'static str {
     match kind {
         RentalKind::OnDemand => "On-demand",
         RentalKind::Reserved => "Reserved",
@@ -52,7 +52,7 @@ fn state_class(state: RentalState) -> &'static str {
 }
 
 #[component]
-fn StateBadge(state: RentalState) -> impl IntoView {
+pub(crate) fn StateBadge(state: RentalState) -> impl IntoView {
     view! { <span class=format!("badge {}", state_class(state)) data-testid="rental-state">{state.label()}</span> }
 }
 

@@ -1,15 +1,20 @@
-//! `/api/v1/admin/*` and `/api/v1/users*`: the admin console's operations. Each action takes
-//! a reason and writes one line of the audit log (`/api/v1/admin/audit`); the service checks
-//! that the caller is an admin.
+//! `/api/v1/admin/*` and `/api/v1/users*`: the admin console's operations and views (accounts,
+//! host histories, every rental, revenue and occupancy reports). Each action takes a reason and
+//! writes one line of the audit log (`/api/v1/admin/audit`); the service checks that the
+//! caller is an admin.
 
 use crate::edges::{ApiJson, ApiQuery, ApiResult, Caller, PathId};
 use axum::Json;
 use cardpool_app::ssr::AppState;
 use cardpool_domain::{
     account::UserSummary,
-    admin::{AdminActionRequest, AuditPage, AuditQuery},
+    admin::{
+        AccountDetail, AdminActionRequest, AdminRental, AdminRentalPage, AdminRentalQuery, AuditPage, AuditQuery,
+        HostHistory, RentalRefundRequest,
+    },
     error::ErrorBody,
     host::HostSummary,
+    reports::{Report, ReportQuery},
 };
 use cardpool_service::{accounts, admin};
 use serde::Deserialize;
@@ -27,6 +32,11 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(delist_host))
         .routes(routes!(relist_host))
         .routes(routes!(list_audit))
+        .routes(routes!(get_account))
+        .routes(routes!(host_history))
+        .routes(routes!(list_all_rentals))
+        .routes(routes!(refund_rental))
+        .routes(routes!(get_report))
 }
 
 /// `?q=` of the account list.
@@ -162,4 +172,56 @@ pub async fn list_audit(
     ApiQuery(query): ApiQuery<AuditQuery>,
 ) -> ApiResult<Json<AuditPage>> {
     Ok(Json(admin::audit::list(&services, &caller, &query).await?))
+}
+
+/// An account with its balances, spend, payouts, rental counts and hosts (admins only).
+#[utoipa::path(get, path = "/users/{id}", operation_id = "get_account", tag = "admin",
+    params(("id" = i64, Path, description = "Account id")),
+    responses((status = 200, body = AccountDetail), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn get_account(Caller(services, caller): Caller, id: PathId) -> ApiResult<Json<AccountDetail>> {
+    Ok(Json(admin::records::account(&services, &caller, id.of("an account")?).await?))
+}
+
+/// A host's status changes, alerts and admin actions, newest first (admins only).
+#[utoipa::path(get, path = "/admin/hosts/{id}/history", operation_id = "host_history", tag = "admin",
+    params(("id" = i64, Path, description = "Host id")),
+    responses((status = 200, body = HostHistory), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn host_history(Caller(services, caller): Caller, id: PathId) -> ApiResult<Json<HostHistory>> {
+    Ok(Json(admin::records::host(&services, &caller, id.of("a host")?).await?))
+}
+
+/// Every rental, newest first, filtered by state, kind, host, renter and booking day (admins
+/// only).
+#[utoipa::path(get, path = "/admin/rentals", operation_id = "list_all_rentals", tag = "admin", params(AdminRentalQuery),
+    responses((status = 200, body = AdminRentalPage), (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn list_all_rentals(
+    Caller(services, caller): Caller,
+    ApiQuery(query): ApiQuery<AdminRentalQuery>,
+) -> ApiResult<Json<AdminRentalPage>> {
+    Ok(Json(admin::rentals::list(&services, &caller, &query).await?))
+}
+
+/// Refunds part or all of what a rental charged to its renter's wallet, split as the charge
+/// was (provider's share, platform fee), with a reason (audited; admins only).
+#[utoipa::path(post, path = "/admin/rentals/{id}/refund", operation_id = "refund_rental", tag = "admin",
+    params(("id" = i64, Path, description = "Rental id")), request_body = RentalRefundRequest,
+    responses((status = 200, body = AdminRental), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 422, description = "More than is left to refund, or no reason", body = ErrorBody)))]
+pub async fn refund_rental(
+    Caller(services, caller): Caller,
+    id: PathId,
+    ApiJson(request): ApiJson<RentalRefundRequest>,
+) -> ApiResult<Json<AdminRental>> {
+    Ok(Json(admin::rentals::refund(&services, &caller, id.of("a rental")?, &request).await?))
+}
+
+/// Revenue (gross, refunds, the platform's fees) and occupancy (GPU-time billed over GPU-time
+/// online) per day, week or month (admins only).
+#[utoipa::path(get, path = "/admin/reports", operation_id = "get_report", tag = "admin", params(ReportQuery),
+    responses((status = 200, body = Report), (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn get_report(
+    Caller(services, caller): Caller,
+    ApiQuery(query): ApiQuery<ReportQuery>,
+) -> ApiResult<Json<Report>> {
+    Ok(Json(admin::reports::report(&services, &caller, &query).await?))
 }

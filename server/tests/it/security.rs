@@ -112,7 +112,8 @@ fn audience(operation: &str) -> Option<&'static [Who]> {
         }
         // The admin console: each action with a reason, audited.
         "revoke_admin" | "suspend_user" | "reinstate_user" | "verify_host" | "unverify_host" | "delist_host"
-        | "relist_host" | "list_audit" => ADMIN,
+        | "relist_host" | "list_audit" | "get_account" | "host_history" | "list_all_rentals" | "refund_rental"
+        | "get_report" => ADMIN,
         _ => return None,
     })
 }
@@ -232,6 +233,9 @@ async fn world(app: &TestApp) -> World {
         ("delist_host", host),
         ("relist_host", host),
         ("acknowledge_alert", alert),
+        ("get_account", suspect.user_id),
+        ("host_history", host),
+        ("refund_rental", rental),
     ]);
     World { tokens, ids, rental, host }
 }
@@ -273,6 +277,7 @@ fn body(operation: &str) -> Value {
         "change_bid" => json!({"bid_micros": 900_000}),
         "grant_admin" | "revoke_admin" | "suspend_user" | "reinstate_user" | "verify_host" | "unverify_host"
         | "delist_host" | "relist_host" => json!({"reason": "the matrix checks who may"}),
+        "refund_rental" => json!({"amount": "0.01", "reason": "the matrix checks who may"}),
         _ => json!({}),
     }
 }

@@ -14,9 +14,7 @@ use cardpool_domain::{
     payments::PayoutStatus,
     rentals::RentalState,
 };
-use sea_orm::{
-    ColumnTrait, ConnectionTrait, EntityTrait, FromQueryResult, PaginatorTrait, QueryFilter, Statement,
-};
+use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, FromQueryResult, PaginatorTrait, QueryFilter, Statement};
 
 /// The most status changes and alerts a host's history shows.
 const HISTORY_LIMIT: usize = 200;

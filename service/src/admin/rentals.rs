@@ -197,7 +197,6 @@ pub async fn refund(
     Ok(views(services, vec![rental]).await?.remove(0))
 }
 
-
 /// `rows` with their renters' emails and hosts' names, in one query each.
 async fn views(services: &Services, rows: Vec<rentals::Model>) -> AppResult<Vec<AdminRental>> {
     let renter_ids: Vec<i64> = rows.iter().map(|r| r.renter_id).collect();

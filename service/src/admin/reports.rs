@@ -42,10 +42,8 @@ pub async fn report(services: &Services, principal: &Principal, query: &ReportQu
 /// The report as of `now`.
 pub async fn report_at(services: &Services, period: Period, count: u32, now: DateTime<Utc>) -> AppResult<Report> {
     let bounds = period.boundaries(now, count);
-    let mut buckets: Vec<ReportBucket> = bounds
-        .windows(2)
-        .map(|w| ReportBucket { start: w[0], end: w[1], ..ReportBucket::default() })
-        .collect();
+    let mut buckets: Vec<ReportBucket> =
+        bounds.windows(2).map(|w| ReportBucket { start: w[0], end: w[1], ..ReportBucket::default() }).collect();
     money(&services.db, &bounds, &mut buckets).await?;
     rented(&services.db, &mut buckets, now).await?;
     online(&services.db, &mut buckets, now).await?;

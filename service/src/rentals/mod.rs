@@ -40,6 +40,6 @@ pub use lifecycle::{
 pub use pricing::{clearing_price, cost};
 pub use schedules::{interrupt_host, run_schedules};
 pub use spot::change_bid;
-pub use state::open_end;
 pub(crate) use state::load_for_update;
+pub use state::open_end;
 pub use views::{Audience, get_rental, list_rentals, visible_rental};

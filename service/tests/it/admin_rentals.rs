@@ -7,13 +7,14 @@ use crate::rentals::{backdate, market, report, request, spot};
 use cardpool_domain::{
     AppError,
     admin::{AdminRentalQuery, AuditQuery, RentalRefundRequest},
-    reports::{Period, ReportQuery},
     rentals::RentalState,
+    reports::{Period, ReportQuery},
 };
 use cardpool_protocol::WorkloadStatus;
 use cardpool_service::{
-    Services, accounts, admin, backend_tests,
+    Services, accounts, admin,
     auth::Principal,
+    backend_tests,
     entities::host_events,
     ledger::{self, Book},
     payments, rentals,
@@ -70,11 +71,16 @@ async fn rentals_are_listed_by_filter_and_refunded_through_the_ledger(backend: B
     let today = Utc::now().date_naive();
     let (yesterday, tomorrow) = ((today - Duration::days(1)).to_string(), (today + Duration::days(1)).to_string());
     assert_eq!(all(AdminRentalQuery { until: Some(yesterday.clone()), ..Default::default() }).await, Vec::<i64>::new());
-    let window = AdminRentalQuery { since: Some(yesterday.clone()), until: Some(tomorrow.clone()), ..Default::default() };
+    let window =
+        AdminRentalQuery { since: Some(yesterday.clone()), until: Some(tomorrow.clone()), ..Default::default() };
     assert_eq!(all(window).await.len(), 2);
-    let page = admin::rentals::list(&services, &boss, &AdminRentalQuery { per_page: Some(1), page: Some(2), ..Default::default() })
-        .await
-        .unwrap();
+    let page = admin::rentals::list(
+        &services,
+        &boss,
+        &AdminRentalQuery { per_page: Some(1), page: Some(2), ..Default::default() },
+    )
+    .await
+    .unwrap();
     assert_eq!((page.total, page.rentals.len(), page.rentals[0].id), (2, 1, ended));
     let bad = AdminRentalQuery {
         state: Some("sleeping".into()),
@@ -92,10 +98,14 @@ async fn rentals_are_listed_by_filter_and_refunded_through_the_ledger(backend: B
     assert!(matches!(refused, Err(AppError::Forbidden(_))), "{refused:?}");
 
     // The refund: bounded by what the rental charged, split as the charge was.
-    let row = &admin::rentals::list(&services, &boss, &AdminRentalQuery { renter_id: Some(ada.user_id), ..Default::default() })
-        .await
-        .unwrap()
-        .rentals[0];
+    let row = &admin::rentals::list(
+        &services,
+        &boss,
+        &AdminRentalQuery { renter_id: Some(ada.user_id), ..Default::default() },
+    )
+    .await
+    .unwrap()
+    .rentals[0];
     assert_eq!(row.state, RentalState::Ended);
     let charged = row.charged_micros;
     assert!(charged >= rentals::cost(2_000_000, 2, 3_600), "{charged}");
@@ -130,7 +140,8 @@ async fn rentals_are_listed_by_filter_and_refunded_through_the_ledger(backend: B
     let missing = admin::rentals::refund(&services, &boss, live + 100, &refund("1", "no such")).await;
     assert!(matches!(missing, Err(AppError::NotFound(_))), "{missing:?}");
 
-    let refunded = admin::rentals::refund(&services, &boss, ended, &refund("2.50", "the GPU ran throttled")).await.unwrap();
+    let refunded =
+        admin::rentals::refund(&services, &boss, ended, &refund("2.50", "the GPU ran throttled")).await.unwrap();
     assert_eq!(refunded.refunded_micros, 2_500_000);
     let (share, fee) = ledger::split_fee(2_500_000, 1000);
     let after = balances().await;
@@ -142,7 +153,9 @@ async fn rentals_are_listed_by_filter_and_refunded_through_the_ledger(backend: B
     assert_eq!(line["refunded_micros"], 2_500_000);
     let adjustments = payments::list_adjustments(&services, &boss).await.unwrap();
     assert!(
-        adjustments.iter().any(|a| a.kind == "rental_refund" && a.amount_micros == 2_500_000 && a.account_email == "ada@example.com"),
+        adjustments
+            .iter()
+            .any(|a| a.kind == "rental_refund" && a.amount_micros == 2_500_000 && a.account_email == "ada@example.com"),
         "{adjustments:?}"
     );
     // What is left, and not a micro-dollar more.
@@ -213,9 +226,13 @@ async fn the_report_adds_up_to_the_ledger_and_the_gpu_time(backend: Backend) {
     for period in ["week", "month"] {
         let query = ReportQuery { period: Some(period.into()), buckets: Some(2) };
         let other = admin::reports::report(&services, &boss, &query).await.unwrap().totals();
-        assert_eq!((other.gross_micros, other.fees_micros, other.rented_gpu_seconds), (charged, total.fees_micros, billed));
+        assert_eq!(
+            (other.gross_micros, other.fees_micros, other.rented_gpu_seconds),
+            (charged, total.fees_micros, billed)
+        );
     }
-    let bad = admin::reports::report(&services, &boss, &ReportQuery { period: Some("year".into()), buckets: None }).await;
+    let bad =
+        admin::reports::report(&services, &boss, &ReportQuery { period: Some("year".into()), buckets: None }).await;
     assert!(bad.unwrap_err().field("period").is_some());
     let bad = admin::reports::report(&services, &boss, &ReportQuery { period: None, buckets: Some(0) }).await;
     assert!(bad.unwrap_err().field("buckets").is_some());

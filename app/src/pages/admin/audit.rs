@@ -46,9 +46,10 @@ fn AdminAudit() -> impl IntoView {
             <div>
                 <label for="audit-kind" class="block text-sm font-medium text-slate-800">"Subject"</label>
                 <select id="audit-kind" name="subject_kind" class="mt-1 block w-full rounded-lg border-0 px-3 py-2 ring-1 ring-inset ring-slate-300">
-                    <option value="" selected=move || chosen("subject_kind").is_empty()>"Hosts and accounts"</option>
+                    <option value="" selected=move || chosen("subject_kind").is_empty()>"Everything"</option>
                     <option value="host" selected=move || chosen("subject_kind") == "host">"Hosts"</option>
                     <option value="user" selected=move || chosen("subject_kind") == "user">"Accounts"</option>
+                    <option value="rental" selected=move || chosen("subject_kind") == "rental">"Rentals"</option>
                 </select>
             </div>
             <div>
@@ -94,9 +95,7 @@ fn Entries(page: AuditPage, query: AuditQuery) -> impl IntoView {
         format!("/admin/audit?{}", pairs.join("&"))
     };
     view! {
-        <DataTable columns=vec![Col::new("When"), Col::new("Admin"), Col::new("Action"), Col::new("Subject"), Col::new("Reason"), Col::new("Change").from("lg")]>
-            {page.entries.into_iter().map(|entry| view! { <EntryRow entry /> }).collect_view()}
-        </DataTable>
+        <AuditTable entries=page.entries />
         <nav aria-label="Audit pages" class="mt-4 flex items-center justify-between text-sm text-slate-600">
             <span>{format!("{} entries · page {} of {pages}", page.total, page.page)}</span>
             <span class="flex gap-2">
@@ -108,13 +107,25 @@ fn Entries(page: AuditPage, query: AuditQuery) -> impl IntoView {
     .into_any()
 }
 
+/// Audit entries as a table (also on an account's and a host's admin page).
+#[component]
+pub(crate) fn AuditTable(entries: Vec<AuditEntry>) -> impl IntoView {
+    view! {
+        <DataTable columns=vec![Col::new("When"), Col::new("Admin"), Col::new("Action"), Col::new("Subject"), Col::new("Reason"), Col::new("Change").from("lg")]>
+            {entries.into_iter().map(|entry| view! { <EntryRow entry /> }).collect_view()}
+        </DataTable>
+    }
+}
+
 #[component]
 fn EntryRow(entry: AuditEntry) -> impl IntoView {
-    let subject = if entry.subject_kind == "host" {
-        view! { <a class="text-indigo-700 hover:underline" href=format!("/provider/hosts/{}", entry.subject_id)>{format!("host {}", entry.subject_id)}</a> }.into_any()
-    } else {
-        view! { <span>{format!("account {}", entry.subject_id)}</span> }.into_any()
+    let (href, label) = match entry.subject_kind.as_str() {
+        "host" => (format!("/admin/hosts/{}", entry.subject_id), "host"),
+        "rental" => (format!("/rentals/{}", entry.subject_id), "rental"),
+        _ => (format!("/admin/users/{}", entry.subject_id), "account"),
     };
+    let subject =
+        view! { <a class="text-indigo-700 hover:underline" href=href>{format!("{label} {}", entry.subject_id)}</a> };
     let change = format!("{} → {}", entry.before.as_deref().unwrap_or("—"), entry.after.as_deref().unwrap_or("—"));
     view! {
         <tr data-testid="audit-row">

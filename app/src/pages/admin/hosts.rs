@@ -65,7 +65,7 @@ fn HostTable(hosts: Vec<HostSummary>, act: ServerAction<HostAction>) -> impl Int
                 view! {
                     <tr data-testid="admin-host-row">
                         <td class="py-3 pr-4 font-medium">
-                            <a class="text-indigo-700 hover:underline" href=format!("/provider/hosts/{}", host.id)>{host.hostname.clone()}</a>
+                            <a class="text-indigo-700 hover:underline" href=format!("/admin/hosts/{}", host.id)>{host.hostname.clone()}</a>
                             {host.verified.then(|| view! { <span class="ml-2"><Badge tone=Tone::Info testid="verified">"✓ verified"</Badge></span> })}
                             <p class="text-xs font-normal text-slate-500">{host.location.clone().unwrap_or_default()}</p>
                         </td>

@@ -1,9 +1,14 @@
-//! The admin console: the fleet, accounts ([`users`]), hosts ([`hosts`]), wallet credits and
-//! refunds, and the audit log of every admin action ([`audit`]). Pages are built for admins
+//! The admin console: the fleet, accounts ([`users`]), hosts ([`hosts`]), one account's or
+//! host's record ([`records`]), every rental with refunds ([`rentals`]), revenue and occupancy
+//! ([`reports`]), wallet credits and refunds, and the audit log of every admin action
+//! ([`audit`]). Pages are built for admins
 //! only ([`admins_only`]); the service checks again on every call.
 
 pub mod audit;
 pub mod hosts;
+pub mod records;
+pub mod rentals;
+pub mod reports;
 pub mod users;
 
 use crate::{
@@ -42,6 +47,8 @@ fn AdminTabs() -> impl IntoView {
             <leptos_router::components::A href="/admin/fleet" attr:class="nav-link">"Fleet"</leptos_router::components::A>
             <leptos_router::components::A href="/admin/hosts" attr:class="nav-link">"Hosts"</leptos_router::components::A>
             <leptos_router::components::A href="/admin/users" attr:class="nav-link">"Users"</leptos_router::components::A>
+            <leptos_router::components::A href="/admin/rentals" attr:class="nav-link">"Rentals"</leptos_router::components::A>
+            <leptos_router::components::A href="/admin/reports" attr:class="nav-link">"Reports"</leptos_router::components::A>
             <leptos_router::components::A href="/admin/credits" attr:class="nav-link">"Credits & refunds"</leptos_router::components::A>
             <leptos_router::components::A href="/admin/audit" attr:class="nav-link">"Audit log"</leptos_router::components::A>
         </nav>

@@ -87,7 +87,7 @@ fn UserTable(users: Vec<UserSummary>, act: ServerAction<AccountAction>) -> impl 
                 view! {
                     <tr data-testid="user-row">
                         <td class="py-3 pr-4 font-medium text-slate-900">
-                            {user.email.clone()}
+                            <a class="text-indigo-700 hover:underline" href=format!("/admin/users/{}", user.id)>{user.email.clone()}</a>
                             {user.suspended_reason.clone().map(|why| view! { <p class="mt-1 text-xs font-normal text-red-700">{format!("Suspended: {why}")}</p> })}
                         </td>
                         <td class="py-3 pr-4 text-slate-600">
