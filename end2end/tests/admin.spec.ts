@@ -124,7 +124,7 @@ test("an admin finds a rental, refunds it through the ledger, and reads revenue 
     headers: { origin },
     data: { host_id: offer.host_id, gpu_model: offer.gpu_model, gpu_count: 1, kind: "on_demand", workload: { command: "sleep 600" } },
   });
-  expect(booked.status(), await booked.text()).toBe(200);
+  expect(booked.status(), await booked.text()).toBe(201);
   const id: number = (await booked.json()).id;
   try {
     await rentalUntil(renter, id, (r) => r.state === "running");

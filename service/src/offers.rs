@@ -9,10 +9,9 @@
 use crate::{
     AppError, AppResult, Services,
     db::{DbResultExt, Sql},
-    entities::{host_events, spot_prices},
+    entities::spot_prices,
 };
 use cardpool_domain::{
-    host::HostStatus,
     money::parse_dollars,
     offers::{Offer, OfferDetail, OfferPage, OfferQuery, OfferSort, PricePoint, RentalKind, cuda_version_number},
 };
@@ -278,40 +277,11 @@ async fn uptimes(conn: &impl ConnectionTrait, rows: &[Row]) -> AppResult<HashMap
         return Ok(out);
     }
     // Only the window's events (the newest `MAX_UPTIME_EVENTS` of them for a page), and each
-    // host's last one before it (one query for the page), which says how the window began: a
-    // host that flapped for years costs a search no more than one that did not.
-    let mut events = host_events::Entity::find()
-        .filter(host_events::Column::HostId.is_in(ids.iter().copied()))
-        .filter(host_events::Column::At.gte(window_start))
-        .order_by_desc(host_events::Column::Id)
-        .limit(MAX_UPTIME_EVENTS)
-        .all(conn)
-        .await
-        .context("loading host events")?;
-    let last_before = {
-        use sea_orm::sea_query::{Expr, ExprTrait, Query};
-        Query::select()
-            .expr(Expr::col(host_events::Column::Id).max())
-            .from(host_events::Entity)
-            .and_where(Expr::col(host_events::Column::HostId).is_in(ids))
-            .and_where(Expr::col(host_events::Column::At).lt(window_start))
-            .group_by_col(host_events::Column::HostId)
-            .to_owned()
-    };
-    events.extend(
-        host_events::Entity::find()
-            .filter(host_events::Column::Id.in_subquery(last_before))
-            .all(conn)
-            .await
-            .context("loading host events")?,
-    );
-    events.sort_by_key(|e| (e.at, e.id));
+    // host's last one before it, in one query for the page.
+    let changes = crate::hosts::status_changes_since(conn, Some(&ids), window_start, MAX_UPTIME_EVENTS).await?;
     for row in rows {
-        let transitions: Vec<(DateTime<Utc>, bool)> = events
-            .iter()
-            .filter(|e| e.host_id == row.host_id)
-            .map(|e| (e.at, e.status == HostStatus::Online.as_str()))
-            .collect();
+        let transitions: Vec<(DateTime<Utc>, bool)> =
+            changes.iter().filter(|c| c.0 == row.host_id).map(|c| (c.1, c.2)).collect();
         out.insert(row.host_id, uptime_permille(&transitions, row.created_at.max(window_start), now));
     }
     Ok(out)

@@ -11,19 +11,19 @@ use crate::{
     AppError, AppResult, Services,
     auth::Principal,
     db::{DbResultExt, Sql},
-    entities::{gpus, host_events, hosts, ledger_accounts, rentals},
+    entities::{gpus, hosts, ledger_accounts, rentals},
     ledger::Book,
 };
-use cardpool_domain::{
-    host::HostStatus,
-    reports::{MAX_BUCKETS, Period, Report, ReportBucket, ReportQuery, overlap_seconds},
-};
+use cardpool_domain::reports::{MAX_BUCKETS, Period, Report, ReportBucket, ReportQuery, overlap_seconds};
 use chrono::{DateTime, Duration, Utc};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, EntityTrait, FromQueryResult, QueryFilter, QueryOrder, QuerySelect, Statement,
-    sea_query::{Expr, ExprTrait, Query},
+    ColumnTrait, ConnectionTrait, EntityTrait, FromQueryResult, QueryFilter, QuerySelect, Statement,
+    sea_query::ExprTrait,
 };
 use std::collections::HashMap;
+
+/// The most status changes one report reads (the newest; a fleet's transitions are few).
+const MAX_STATUS_CHANGES: u64 = 200_000;
 
 /// The report `query` asks for, its last bucket the one holding now (admins only).
 pub async fn report(services: &Services, principal: &Principal, query: &ReportQuery) -> AppResult<Report> {
@@ -162,34 +162,11 @@ async fn online(conn: &impl ConnectionTrait, buckets: &mut [ReportBucket], now: 
         .all(conn)
         .await
         .context("loading hosts")?;
-    let last_before = Query::select()
-        .expr(Expr::col(host_events::Column::Id).max())
-        .from(host_events::Entity)
-        .and_where(Expr::col(host_events::Column::At).lt(start))
-        .group_by_col(host_events::Column::HostId)
-        .to_owned();
-    let mut events = host_events::Entity::find()
-        .filter(host_events::Column::At.gte(start))
-        .filter(host_events::Column::At.lt(end))
-        .order_by_asc(host_events::Column::At)
-        .all(conn)
-        .await
-        .context("loading host events")?;
-    events.extend(
-        host_events::Entity::find()
-            .filter(host_events::Column::Id.in_subquery(last_before))
-            .all(conn)
-            .await
-            .context("loading host events")?,
-    );
-    events.sort_by_key(|e| (e.at, e.id));
+    let changes = crate::hosts::status_changes_since(conn, None, start, MAX_STATUS_CHANGES).await?;
     for host in known {
         let Some(&count) = gpus_of.get(&host) else { continue };
-        let transitions: Vec<(DateTime<Utc>, bool)> = events
-            .iter()
-            .filter(|e| e.host_id == host)
-            .map(|e| (e.at, e.status == HostStatus::Online.as_str()))
-            .collect();
+        let transitions: Vec<(DateTime<Utc>, bool)> =
+            changes.iter().filter(|c| c.0 == host && c.1 < end).map(|c| (c.1, c.2)).collect();
         for (from, to) in online_intervals(&transitions, start, end) {
             for bucket in buckets.iter_mut() {
                 bucket.online_gpu_seconds += count * overlap_seconds(from, to, bucket.start, bucket.end);

@@ -181,6 +181,46 @@ pub(super) async fn record_event(
     Ok(())
 }
 
+/// One host's change of status: `(host, when, online or not)`.
+pub(crate) type StatusChange = (i64, DateTime<Utc>, bool);
+
+/// Status changes in time order: those from `since` on (the newest `limit` of them), and each
+/// host's last one before `since`, which says how the window began, so a host that flapped for
+/// years costs no more than one that did not. Only `hosts` when given, else every host.
+pub(crate) async fn status_changes_since(
+    conn: &impl ConnectionTrait,
+    hosts: Option<&[i64]>,
+    since: DateTime<Utc>,
+    limit: u64,
+) -> AppResult<Vec<StatusChange>> {
+    use sea_orm::{
+        QuerySelect,
+        sea_query::{ExprTrait, Query},
+    };
+    let mut recent = host_events::Entity::find().filter(host_events::Column::At.gte(since));
+    let mut last_before = Query::select()
+        .expr(Expr::col(host_events::Column::Id).max())
+        .from(host_events::Entity)
+        .and_where(Expr::col(host_events::Column::At).lt(since))
+        .group_by_col(host_events::Column::HostId)
+        .to_owned();
+    if let Some(ids) = hosts {
+        recent = recent.filter(host_events::Column::HostId.is_in(ids.iter().copied()));
+        last_before.and_where(Expr::col(host_events::Column::HostId).is_in(ids.iter().copied()));
+    }
+    let mut events =
+        recent.order_by_desc(host_events::Column::Id).limit(limit).all(conn).await.context("loading host events")?;
+    events.extend(
+        host_events::Entity::find()
+            .filter(host_events::Column::Id.in_subquery(last_before))
+            .all(conn)
+            .await
+            .context("loading host events")?,
+    );
+    events.sort_by_key(|e| (e.at, e.id));
+    Ok(events.into_iter().map(|e| (e.host_id, e.at, e.status == HostStatus::Online.as_str())).collect())
+}
+
 /// Stores the self-test report the host's agent sent.
 pub async fn record_self_test(
     services: &Services,
