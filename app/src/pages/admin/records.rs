@@ -151,7 +151,11 @@ fn Host(history: HostHistory) -> impl IntoView {
         <div class="mt-6 grid gap-6 lg:grid-cols-2">
             <section class="card" aria-labelledby="host-incidents">
                 <h2 id="host-incidents" class="text-lg font-semibold text-slate-900">"Status changes"</h2>
-                <p class="mt-1 text-sm text-slate-600">{format!("{outages} times offline or revoked in this history.")}</p>
+                <p class="mt-1 text-sm text-slate-600">{match outages {
+                    0 => "Never offline in this history.".to_owned(),
+                    1 => "Offline or revoked once in this history.".to_owned(),
+                    n => format!("Offline or revoked {n} times in this history."),
+                }}</p>
                 {if history.events.is_empty() {
                     view! { <p class="mt-4 text-slate-500">"No status changes recorded."</p> }.into_any()
                 } else {

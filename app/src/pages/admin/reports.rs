@@ -32,6 +32,17 @@ fn percent(bps: i64) -> String {
     format!("{}.{} %", bps / 100, (bps % 100) / 10)
 }
 
+/// Dollars rounded to the cent (half up), for headline figures: `$181.20`.
+fn cents(micros: i64) -> i64 {
+    let cent = 10_000;
+    (micros + cent / 2).div_euclid(cent) * cent
+}
+
+/// GPU-hours to a tenth: `12.5 GPU-h`.
+fn gpu_hours(seconds: i64) -> String {
+    format!("{}.{} GPU-h", seconds / 3600, (seconds % 3600) / 360)
+}
+
 fn bucket_label(period: Period, bucket: &ReportBucket) -> String {
     match period {
         Period::Day => bucket.start.format("%b %d").to_string(),
@@ -102,16 +113,15 @@ fn ReportView(report: Report) -> impl IntoView {
             tooltip: format!("{}: {} occupied", bucket_label(period, b), percent(b.occupancy_bps())),
         })
         .collect();
-    let hours = |s: i64| format!("{} GPU-h", s / 3600);
     view! {
         <div class="mt-6 grid gap-4 sm:grid-cols-2 lg:grid-cols-4">
-            <Stat label="Gross" micros=total.gross_micros testid="report-gross" hint=format!("over {} {unit}s", report.buckets.len()) />
-            <Stat label="Platform fees (net)" micros=total.fees_micros testid="report-fees" />
-            <Stat label="Refunds" micros=total.refunds_micros testid="report-refunds" />
+            <Stat label="Gross" micros=cents(total.gross_micros) testid="report-gross" hint=format!("over {} {unit}s, to the cent", report.buckets.len()) />
+            <Stat label="Platform fees (net)" micros=cents(total.fees_micros) testid="report-fees" />
+            <Stat label="Refunds" micros=cents(total.refunds_micros) testid="report-refunds" />
             <div class="card">
                 <p class="text-sm font-medium text-slate-500">"Occupancy"</p>
                 <p class="mt-1 text-3xl font-bold tabular-nums tracking-tight text-slate-900" data-testid="report-occupancy">{percent(total.occupancy_bps())}</p>
-                <p class="mt-1 text-xs text-slate-500">{format!("{} billed of {} online", hours(total.rented_gpu_seconds), hours(total.online_gpu_seconds))}</p>
+                <p class="mt-1 text-xs text-slate-500">{format!("{} billed of {} online", gpu_hours(total.rented_gpu_seconds), gpu_hours(total.online_gpu_seconds))}</p>
             </div>
         </div>
         <div class="mt-6 grid gap-6 lg:grid-cols-2">
@@ -131,15 +141,15 @@ fn ReportView(report: Report) -> impl IntoView {
         </div>
         <details class="card mt-6">
             <summary class="cursor-pointer font-medium text-slate-900">"The numbers"</summary>
-            <DataTable columns=vec![Col::new("From"), Col::new("Gross").right(), Col::new("Fees").right(), Col::new("Refunds").right().from("sm"), Col::new("GPU-h billed").right().from("md"), Col::new("GPU-h online").right().from("md"), Col::new("Occupancy").right()] class="mt-4">
+            <DataTable columns=vec![Col::new("From"), Col::new("Gross").right(), Col::new("Fees").right(), Col::new("Refunds").right().from("sm"), Col::new("Billed").right().from("md"), Col::new("Online").right().from("md"), Col::new("Occupancy").right()] class="mt-4">
                 {report.buckets.iter().rev().map(|b| view! {
                     <tr data-testid="report-row">
                         <td class="whitespace-nowrap py-2 pr-4 text-slate-700">{bucket_label(period, b)}</td>
                         <td class="py-2 pr-4 text-right tabular-nums">{dollars(b.gross_micros)}</td>
                         <td class="py-2 pr-4 text-right tabular-nums">{dollars(b.fees_micros)}</td>
                         <td class="hidden py-2 pr-4 text-right tabular-nums sm:table-cell">{dollars(b.refunds_micros)}</td>
-                        <td class="hidden py-2 pr-4 text-right tabular-nums md:table-cell">{b.rented_gpu_seconds / 3600}</td>
-                        <td class="hidden py-2 pr-4 text-right tabular-nums md:table-cell">{b.online_gpu_seconds / 3600}</td>
+                        <td class="hidden py-2 pr-4 text-right tabular-nums md:table-cell">{gpu_hours(b.rented_gpu_seconds)}</td>
+                        <td class="hidden py-2 pr-4 text-right tabular-nums md:table-cell">{gpu_hours(b.online_gpu_seconds)}</td>
                         <td class="py-2 pr-4 text-right tabular-nums">{percent(b.occupancy_bps())}</td>
                     </tr>
                 }).collect_view()}
