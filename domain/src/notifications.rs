@@ -92,6 +92,10 @@ pub struct Notification {
     pub event: EventKind,
     pub title: String,
     pub body: String,
+    /// The rental it is about; absent when it is about none (a low balance, a payout). Left
+    /// out rather than `null`, so a client (or schemathesis' link inference) that follows it
+    /// to `/rentals/{id}` never follows a null.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rental_id: Option<i64>,
     pub created_at: DateTime<Utc>,
     pub read: bool,
