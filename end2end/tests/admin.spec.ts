@@ -1,5 +1,5 @@
 import { expect, test } from "@playwright/test";
-import { failOnCspViolations, hydrated, signIn, signUp, snap } from "./support";
+import { dollars, failOnCspViolations, hydrated, signIn, signUp, snap } from "./support";
 
 // The admin console as the demo admin uses it: verify a host (renters see the badge and can
 // filter on it), delist it for maintenance and relist it, suspend an account (it is signed out
@@ -91,13 +91,6 @@ test("an admin verifies, delists and suspends, and the audit log says who did wh
   await expect(rows.first()).toContainText("maintenance: swapping a PSU");
   for (const row of await rows.all()) await expect(row).toContainText("host.delist");
 });
-
-/** Micro-dollars as the app shows them: at least two decimals, `$0.001245`. */
-function dollars(micros: number): string {
-  let fraction = String(micros % 1_000_000).padStart(6, "0");
-  while (fraction.length > 2 && fraction.endsWith("0")) fraction = fraction.slice(0, -1);
-  return `$${Math.floor(micros / 1_000_000)}.${fraction}`;
-}
 
 /** Polls the renter's rental until `done` holds of it (the demo agent runs it for real). */
 async function rentalUntil(page: import("@playwright/test").Page, id: number, done: (r: any) => boolean) {

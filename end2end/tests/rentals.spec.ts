@@ -4,7 +4,7 @@ import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { endRentalsAfterFailure, failOnCspViolations, hydrated, signIn, snap } from "./support";
+import { endRentalsAfterFailure, failOnCspViolations, hydrated, micros, signIn, snap } from "./support";
 
 const run = promisify(execFile);
 
@@ -15,12 +15,6 @@ const run = promisify(execFile);
 // notice and ends as preempted. Every rental is ended again, so the market is as it was.
 failOnCspViolations();
 endRentalsAfterFailure();
-
-/** "$1.234567" → 1234567 micro-dollars, exactly. */
-function micros(text: string): bigint {
-  const [whole, fraction = ""] = text.replace("$", "").trim().split(".");
-  return BigInt(whole) * 1_000_000n + BigInt(fraction.padEnd(6, "0"));
-}
 
 async function balance(page: Page): Promise<bigint> {
   await page.goto("/wallet");

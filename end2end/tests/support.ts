@@ -29,6 +29,20 @@ export function failOnCspViolations() {
   });
 }
 
+/** "$1.234567" → 1234567 micro-dollars, exactly. */
+export function micros(text: string): bigint {
+  const [whole, fraction = ""] = text.replace("$", "").trim().split(".");
+  return BigInt(whole) * 1_000_000n + BigInt(fraction.padEnd(6, "0"));
+}
+
+/** Micro-dollars as the app shows them: at least two decimals, `$0.001245`. */
+export function dollars(amount: bigint | number): string {
+  const value = BigInt(amount);
+  let fraction = String(value % 1_000_000n).padStart(6, "0");
+  while (fraction.length > 2 && fraction.endsWith("0")) fraction = fraction.slice(0, -1);
+  return `$${value / 1_000_000n}.${fraction}`;
+}
+
 /** The demo accounts' password (see README). */
 export const DEMO_PASSWORD = "cardpool-demo";
 
