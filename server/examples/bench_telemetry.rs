@@ -8,11 +8,13 @@
 //! ```
 //! 1. Ingest ceiling: `BENCH_AGENTS` (100) simulated agents with 8 GPUs each, connected over
 //!    WebSocket, sample every `BENCH_SAMPLE_MS` (100 ms, ten times production) for
-//!    `BENCH_SECONDS` (15): GPU samples stored per second.
-//! 2. The same agents at production pace (1 Hz) with `BENCH_DASHBOARDS` (20) admin fleet feeds
-//!    (SSE) watching: latency p50/p99 from sampling on the agent to the event at a dashboard.
-//! 3. Memory per dashboard: resident memory before and after opening `BENCH_IDLE_DASHBOARDS`
-//!    (200) more fleet feeds at that load, divided by their number.
+//!    `BENCH_SECONDS` (15), with `BENCH_DASHBOARDS` (20) admin fleet feeds (SSE) watching: GPU
+//!    samples stored per second.
+//! 2. The same agents at production pace (1 Hz), the same dashboards: latency p50/p99 from
+//!    sampling on the agent to the event at a dashboard.
+//! 3. Memory per dashboard: the server's resident memory before and after `BENCH_IDLE_DASHBOARDS`
+//!    (200) more fleet feeds are opened at that load (by a second process, so that only the
+//!    server's side is counted), divided by their number.
 //! 4. The real `cardpool-agent` binary (target/release) at 1 Hz with 8 simulated GPUs for
 //!    `BENCH_AGENT_SECONDS` (30): its CPU time and resident memory from /proc.
 #![allow(clippy::print_stdout)] // printing the figures is the point
@@ -134,8 +136,28 @@ async fn wait_until_streaming(hub: &cardpool_service::telemetry::Hub, agents: us
     }
 }
 
+/// The reader process of measurement 3: opens `count` feeds of `url`, says how many opened,
+/// and reads them until killed.
+async fn read_feeds(count: usize, url: &str, token: &str) {
+    let client = reqwest::Client::new();
+    let mut held = Vec::new();
+    for _ in 0..count {
+        let feed = client.get(url).bearer_auth(token).send().await.expect("feed");
+        assert!(feed.status().is_success(), "feed refused: {}", feed.status());
+        held.push(tokio::spawn(watch(feed, Arc::default(), Arc::new(AtomicBool::new(false)))));
+    }
+    println!("{}", held.len());
+    std::future::pending::<()>().await;
+}
+
 #[tokio::main]
 async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let [_, flag, count, url, token] = args.as_slice()
+        && flag == "--read-feeds"
+    {
+        return read_feeds(count.parse().expect("a count"), url, token).await;
+    }
     let agents = env("BENCH_AGENTS", 100) as usize;
     let sample_ms = env("BENCH_SAMPLE_MS", 100);
     let dashboards = env("BENCH_DASHBOARDS", 20) as usize;
@@ -184,6 +206,24 @@ async fn main() {
         let hub = services.telemetry.clone();
         let stored = || hub.samples_stored.load(Ordering::Relaxed);
 
+        // The fleet dashboards watch from here on (the ceiling is measured with them connected).
+        let client = reqwest::Client::new();
+        let latencies: Arc<Mutex<Vec<i64>>> = Arc::default();
+        let recording = Arc::new(AtomicBool::new(false));
+        let open_fleet_feed = async || {
+            let feed = client
+                .get(format!("{base}/api/v1/telemetry/live?scope=fleet"))
+                .bearer_auth(&token)
+                .send()
+                .await
+                .expect("feed");
+            assert!(feed.status().is_success(), "feed refused: {}", feed.status());
+            feed
+        };
+        for _ in 0..dashboards {
+            tokio::spawn(watch(open_fleet_feed().await, latencies.clone(), recording.clone()));
+        }
+
         // 1. The ceiling: every agent sampling `sample_ms`, faster than production.
         let fleet = start_agents(&states, sample_ms);
         wait_until_streaming(&hub, agents, now_ms()).await;
@@ -209,22 +249,6 @@ async fn main() {
         tokio::time::sleep(Duration::from_secs(2)).await;
         let swapped = now_ms();
         let fleet = start_agents(&states, 1000);
-        let client = reqwest::Client::new();
-        let latencies: Arc<Mutex<Vec<i64>>> = Arc::default();
-        let recording = Arc::new(AtomicBool::new(false));
-        let open_fleet_feed = async || {
-            let feed = client
-                .get(format!("{base}/api/v1/telemetry/live?scope=fleet"))
-                .bearer_auth(&token)
-                .send()
-                .await
-                .expect("feed");
-            assert!(feed.status().is_success(), "feed refused: {}", feed.status());
-            feed
-        };
-        for _ in 0..dashboards {
-            tokio::spawn(watch(open_fleet_feed().await, latencies.clone(), recording.clone()));
-        }
         // The replay of what piled up while the agents were swapped has to drain first.
         wait_until_streaming(&hub, agents, swapped).await;
         tokio::time::sleep(Duration::from_secs(5)).await;
@@ -243,22 +267,35 @@ async fn main() {
             lat.last().copied().unwrap_or(0)
         );
 
-        // 3. Memory per dashboard: open many more feeds at that load, compare resident memory.
+        // 3. Memory per dashboard: open many more feeds at that load from another process (this
+        // benchmark run again as a reader), compare the server's resident memory.
         let before = rss_kib("self");
-        let mut held = Vec::new();
-        for _ in 0..idle_dashboards {
-            held.push(tokio::spawn(watch(open_fleet_feed().await, Arc::default(), Arc::new(AtomicBool::new(false)))));
-        }
+        let mut readers = std::process::Command::new(std::env::current_exe().expect("this benchmark"))
+            .args([
+                "--read-feeds",
+                &idle_dashboards.to_string(),
+                &format!("{base}/api/v1/telemetry/live?scope=fleet"),
+                &token,
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("feed readers");
+        let mut opened = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(readers.stdout.as_mut().expect("readers' output")),
+            &mut opened,
+        )
+        .expect("readers opened");
         tokio::time::sleep(Duration::from_secs(5)).await;
         let after = rss_kib("self");
         println!(
-            "memory: {idle_dashboards} more fleet dashboards added {} KiB resident (server side and their readers, one process): {:.1} KiB per dashboard",
+            "memory: {} more fleet dashboards (read by another process) added {} KiB to the server's resident memory: {:.1} KiB per dashboard",
+            opened.trim(),
             after.saturating_sub(before),
             after.saturating_sub(before) as f64 / idle_dashboards as f64
         );
-        for feed in held {
-            feed.abort();
-        }
+        let _ = readers.kill();
+        let _ = readers.wait();
         for agent in fleet {
             agent.abort();
         }

@@ -92,6 +92,8 @@ pub struct Config {
     pub metrics_token: Option<Secret>,
     /// Days of one-minute GPU rollups kept.
     pub telemetry_retention_days: u32,
+    /// How often accepted telemetry is written and acknowledged, milliseconds (50 to 30,000).
+    pub telemetry_flush_ms: u64,
     /// Live telemetry feeds one account may hold open at once.
     pub live_feeds_per_account: usize,
     /// Live telemetry feeds the server holds open at once.
@@ -155,6 +157,7 @@ impl Default for Config {
             billing_interval_secs: 15,
             metrics_token: None,
             telemetry_retention_days: 30,
+            telemetry_flush_ms: 2000,
             live_feeds_per_account: 16,
             live_feeds: 5000,
             max_connections: 20_000,
@@ -238,6 +241,7 @@ impl Config {
                 retention_days: self.telemetry_retention_days.max(1),
                 feeds_per_account: self.live_feeds_per_account.max(1),
                 feeds: self.live_feeds.max(1),
+                flush_interval: Duration::from_millis(self.telemetry_flush_ms.clamp(50, 30_000)),
             },
             // Set once the gateway is listening (see `crate::ssh::endpoint`).
             ssh: None,

@@ -14,8 +14,9 @@
 //! SSH: channels of the SSH gateway (`crate::ssh`) travel over the same socket, control as
 //! JSON and bytes as binary frames, through `cardpool_service::tunnels`.
 //!
-//! Telemetry: each batch is stored by `telemetry::ingest` and acknowledged only after it is
-//! committed; the agent replays anything unacknowledged on its next connection.
+//! Telemetry: each message is taken by `telemetry::accept` and acknowledged only after the
+//! flush that stores it has committed (the connection goes on reading meanwhile); the agent
+//! replays anything unacknowledged on its next connection.
 //!
 //! Replicas: a connection takes its host over in the database at hello (`hosts.connection_id`);
 //! a connection that no longer owns its host (the agent reconnected, here or on another
@@ -35,8 +36,11 @@ use cardpool_app::ssr::AppState;
 use cardpool_domain::AppError;
 use cardpool_protocol::{AgentMessage, PROTOCOL_VERSION, ServerMessage};
 use cardpool_service::{Services, bus, entities::hosts as host_rows, hosts, rentals, telemetry, tunnels};
-use futures_util::{SinkExt, StreamExt, stream::SplitSink};
-use std::time::Duration;
+use futures_util::{
+    SinkExt, StreamExt,
+    stream::{FuturesUnordered, SplitSink},
+};
+use std::{pin::Pin, time::Duration};
 
 /// How the gateway paces agents.
 #[derive(Clone)]
@@ -204,6 +208,9 @@ async fn serve_connected(
 
     let mut recheck = tokio::time::interval(options.heartbeat_interval);
     recheck.tick().await;
+    // Telemetry waiting for its flush; each is acknowledged when stored.
+    let mut acks: FuturesUnordered<Pin<Box<dyn Future<Output = Result<ServerMessage, AppError>> + Send>>> =
+        FuturesUnordered::new();
     loop {
         let to_agent = async {
             match tunnels.as_mut() {
@@ -221,6 +228,15 @@ async fn serve_connected(
                     break;
                 }
             }
+            Some(stored) = acks.next(), if !acks.is_empty() => match stored {
+                Ok(ack) => {
+                    if !send(tx, &ack).await {
+                        break;
+                    }
+                }
+                // Not stored (already logged): the agent replays on its next connection.
+                Err(_) => break,
+            },
             Some(read) = logs.reads.recv() => {
                 if !send(tx, &read).await {
                     break;
@@ -285,9 +301,12 @@ async fn serve_connected(
                     }
                     Ok(AgentMessage::SelfTest(report)) => hosts::record_self_test(services, host, &report).await,
                     Ok(AgentMessage::Telemetry { stream, frames, dropped }) => {
-                        match telemetry::ingest(services, host.id, stream, &frames, dropped).await {
-                            Ok(Some(ack)) if !send(tx, &ack).await => break,
-                            Ok(_) => Ok(()),
+                        match telemetry::accept(services, host.id, connection, stream, &frames, dropped).await {
+                            Ok(Some(receipt)) => {
+                                acks.push(Box::pin(receipt.stored()));
+                                Ok(())
+                            }
+                            Ok(None) => Ok(()),
                             Err(err) => Err(err),
                         }
                     }

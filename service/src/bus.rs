@@ -262,7 +262,10 @@ async fn follow_notes(client: &async_nats::Client, services: &Services) -> Resul
 /// What a note from another replica asks of this one.
 async fn act_on(services: &Services, note: Note) {
     match note {
-        Note::Wake { host_id } => services.signals.notify(host_id),
+        Note::Wake { host_id } => {
+            services.telemetry.rentals_changed(host_id);
+            services.signals.notify(host_id);
+        }
         Note::Kick { host_id } => {
             // Only a connection that no longer owns its host ends: the note may be late, and the
             // agent may be back here already.

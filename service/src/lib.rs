@@ -164,6 +164,7 @@ impl Services {
     /// Wakes the host's agent connection, on whichever replica holds it, so it sends its
     /// rentals' commands now.
     pub fn wake_host(&self, host_id: i64) {
+        self.telemetry.rentals_changed(host_id);
         self.signals.notify(host_id);
         self.bus.tell(bus::Note::Wake { host_id });
     }

@@ -171,7 +171,9 @@ async fn live_feeds_are_capped_per_account_and_overall(backend: Backend) {
 
 async fn two_minutes_disconnected_then_every_frame_is_stored_once(backend: Backend) {
     let config = Config { heartbeat_interval_secs: 1, host_offline_grace_secs: 2, ..Config::default() };
-    let app = TestApp::spawn_configured(backend, Settings::default(), config).await;
+    let mut settings = Settings::default();
+    settings.telemetry.flush_interval = Duration::from_millis(200);
+    let app = TestApp::spawn_configured(backend, settings, config).await;
     workers::spawn(&app.services, Duration::from_secs(2), Duration::ZERO, Duration::from_secs(1));
     let relay = Relay::start(app.base.trim_start_matches("http://").to_owned()).await;
     let (_provider, state) = provider_with_host(&app, &format!("http://127.0.0.1:{}", relay.port), "rig").await;
@@ -197,7 +199,8 @@ async fn two_minutes_disconnected_then_every_frame_is_stored_once(backend: Backe
     })
     .await;
     agent.abort();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // What was accepted before the abort is written by the next flush (200 ms).
+    tokio::time::sleep(Duration::from_millis(1000)).await;
     let last = cursor(&app, host).await.unwrap();
     assert!(during.sequence - before.sequence < 200, "little was stored while cut off");
     assert_eq!(last.dropped, 0, "the buffer held the outage");

@@ -197,6 +197,7 @@ pub async fn record_workload_status(
     let stock_change = stock::refresh_stock(&txn, host_id).await?;
     txn.commit().await.context("committing workload report")?;
     stock_change.published(services);
+    services.telemetry.rentals_changed(host_id);
     tracing::info!(rental.id = rental_id, host.id = host_id, state = next.as_str(), "rental {reason}");
     Ok(())
 }

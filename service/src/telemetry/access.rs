@@ -17,13 +17,16 @@ use cardpool_domain::{
 };
 use chrono::{DateTime, Utc};
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
-use std::collections::{BTreeMap, BTreeSet};
+use std::{
+    borrow::Cow,
+    collections::{BTreeMap, BTreeSet},
+};
 
 /// What one viewer may see: hosts, and per host all GPUs (`None`) or some, from a time on.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Grant {
     pub scope: TelemetryScope,
-    pub(super) hosts: BTreeMap<i64, Option<BTreeSet<u32>>>,
+    pub(super) hosts: GrantHosts,
     /// Nothing before this (a rental's own window).
     pub(super) since: Option<DateTime<Utc>>,
     /// Nothing after this (an ended rental).
@@ -32,12 +35,21 @@ pub struct Grant {
     pub live: bool,
 }
 
+/// The hosts a grant covers: every host (an admin's fleet view: nothing to list, so a fleet feed
+/// stays small and its re-check cheap however large the fleet), or those listed.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum GrantHosts {
+    All,
+    Listed(BTreeMap<i64, Option<BTreeSet<u32>>>),
+}
+
 impl Grant {
-    /// The part of `published` this viewer may see, as the feed's JSON.
-    pub fn admit(&self, published: &Published) -> Option<String> {
+    /// The part of `published` this viewer may see, as the feed's JSON (the shared text itself
+    /// when the viewer may see the whole frame: no copy per dashboard).
+    pub fn admit<'p>(&self, published: &'p Published) -> Option<Cow<'p, str>> {
         match self.covers(&published.sample)? {
-            None => Some(published.json.clone()),
-            only => serde_json::to_string(&LiveEvent::Sample(restricted(&published.sample, only))).ok(),
+            None => Some(Cow::Borrowed(&published.json)),
+            only => serde_json::to_string(&LiveEvent::Sample(restricted(&published.sample, only))).ok().map(Cow::Owned),
         }
     }
 
@@ -48,11 +60,14 @@ impl Grant {
     /// Whether this grant covers `sample` (its host, inside the time window), and if so which
     /// of its GPUs: `Some(None)` all of them, `Some(Some(indexes))` only those.
     fn covers(&self, sample: &HostSample) -> Option<Option<&BTreeSet<u32>>> {
-        let gpus = self.hosts.get(&sample.host_id)?;
+        let gpus = match &self.hosts {
+            GrantHosts::All => None,
+            GrantHosts::Listed(hosts) => hosts.get(&sample.host_id)?.as_ref(),
+        };
         let at = sample.at_ms;
         let in_window = self.since.is_none_or(|s| at >= s.timestamp_millis())
             && self.until.is_none_or(|u| at < u.timestamp_millis());
-        in_window.then_some(gpus.as_ref())
+        in_window.then_some(gpus)
     }
 }
 
@@ -68,7 +83,8 @@ fn restricted(sample: &HostSample, only: Option<&BTreeSet<u32>>) -> HostSample {
 /// them (and its own past window as history), a provider their hosts, an admin everything.
 /// Anything else is "not found", so ids of other people's rentals and hosts reveal nothing.
 pub async fn grant(services: &Services, principal: &Principal, scope: TelemetryScope) -> AppResult<Grant> {
-    let mut grant = Grant { scope, hosts: BTreeMap::new(), since: None, until: None, live: true };
+    let mut listed = BTreeMap::new();
+    let mut grant = Grant { scope, hosts: GrantHosts::All, since: None, until: None, live: true };
     match scope {
         TelemetryScope::Rental(id) => {
             let rental = visible_rental(services, principal, id, Audience::Renter).await?;
@@ -93,7 +109,7 @@ pub async fn grant(services: &Services, principal: &Principal, scope: TelemetryS
                 state,
                 RentalState::Provisioning | RentalState::Running | RentalState::Stopping | RentalState::Preempting
             );
-            grant.hosts.insert(rental.host_id, Some(indexes));
+            listed.insert(rental.host_id, Some(indexes));
             grant.since = Some(rental.starts_at);
             grant.live = holding;
             if !holding {
@@ -107,7 +123,7 @@ pub async fn grant(services: &Services, principal: &Principal, scope: TelemetryS
                 .context("loading host")?
                 .filter(|h| h.provider_id == principal.user_id || principal.roles.admin)
                 .ok_or_else(|| AppError::not_found("host"))?;
-            grant.hosts.insert(host.id, None);
+            listed.insert(host.id, None);
         }
         TelemetryScope::Mine => {
             let owned = hosts::Entity::find()
@@ -116,18 +132,14 @@ pub async fn grant(services: &Services, principal: &Principal, scope: TelemetryS
                 .all(&services.db)
                 .await
                 .context("loading hosts")?;
-            grant.hosts.extend(owned.into_iter().map(|h| (h.id, None)));
+            listed.extend(owned.into_iter().map(|h| (h.id, None)));
         }
         TelemetryScope::Fleet => {
             principal.require_admin()?;
-            let all = hosts::Entity::find()
-                .filter(hosts::Column::RevokedAt.is_null())
-                .all(&services.db)
-                .await
-                .context("loading hosts")?;
-            grant.hosts.extend(all.into_iter().map(|h| (h.id, None)));
+            return Ok(grant);
         }
     }
+    grant.hosts = GrantHosts::Listed(listed);
     Ok(grant)
 }
 

@@ -3,16 +3,13 @@
 //! [`FeedSlot`]), and ingest counters. Raw
 //! frames are never stored; the database keeps one-minute rollups (see `ingest`).
 
-use super::ingest::GroupCommit;
+use super::ingest::Ingest;
 use crate::{AppError, AppResult, alerts};
 use cardpool_domain::telemetry::{GpuReading, HostSample, LiveEvent};
 use cardpool_protocol::{GpuSample, TelemetryFrame};
 use std::{
     collections::{HashMap, HashSet, VecDeque},
-    sync::{
-        Arc, Mutex, RwLock,
-        atomic::{AtomicU64, Ordering},
-    },
+    sync::{Arc, Mutex, RwLock, atomic::AtomicU64},
 };
 use tokio::sync::broadcast;
 
@@ -30,8 +27,6 @@ pub struct Published {
 pub struct Hub {
     recent: RwLock<HashMap<i64, VecDeque<Arc<Published>>>>,
     latest: RwLock<HashMap<i64, Arc<TelemetryFrame>>>,
-    /// When each host's newest stored frame was sampled.
-    stored_at: RwLock<HashMap<i64, i64>>,
     /// The last XID each GPU `(host, index)` raised since start-up (DCGM reports the last one
     /// seen, not only one raised in the latest second).
     last_xid: RwLock<HashMap<(i64, u32), u64>>,
@@ -41,11 +36,11 @@ pub struct Hub {
     pub frames_stored: AtomicU64,
     pub samples_stored: AtomicU64,
     pub frames_duplicate: AtomicU64,
-    /// Ingest transactions committed (each stores a group of agent messages).
+    /// Ingest transactions committed (each stores a batch of every agent's messages).
     pub commits: AtomicU64,
     pub(crate) alerts: alerts::Memory,
-    /// Agent messages waiting to be stored together (see `ingest`).
-    pub(super) group: GroupCommit,
+    /// Hosts' cursors and the telemetry accepted but not yet written (see `ingest`).
+    pub(super) ingest: Ingest,
     /// Open live feeds per account (their sum is the server's).
     feeds: Mutex<HashMap<i64, usize>>,
 }
@@ -73,7 +68,6 @@ impl Default for Hub {
         Hub {
             recent: RwLock::default(),
             latest: RwLock::default(),
-            stored_at: RwLock::default(),
             last_xid: RwLock::default(),
             elsewhere: RwLock::default(),
             feed: broadcast::channel(4096).0,
@@ -82,7 +76,7 @@ impl Default for Hub {
             frames_duplicate: AtomicU64::new(0),
             commits: AtomicU64::new(0),
             alerts: alerts::Memory::default(),
-            group: GroupCommit::default(),
+            ingest: Ingest::default(),
             feeds: Mutex::default(),
         }
     }
@@ -137,11 +131,6 @@ impl Hub {
             .unwrap_or_default()
     }
 
-    /// When the newest frame stored for `host_id` was sampled (energy counts from there).
-    pub(super) fn last_stored_ms(&self, host_id: i64) -> Option<i64> {
-        self.stored_at.read().unwrap_or_else(|p| p.into_inner()).get(&host_id).copied()
-    }
-
     /// Frames that just arrived from `host_id`, connected here, oldest first, shown at once:
     /// those newer than the newest shown (a replay is not shown twice) are kept as recent, sent
     /// to live feeds, and the newest remembered. This happens before they are stored, so a
@@ -157,6 +146,11 @@ impl Hub {
     pub fn arrived_from_peer(&self, host_id: i64, frames: &[TelemetryFrame]) {
         self.elsewhere.write().unwrap_or_else(|p| p.into_inner()).insert(host_id);
         self.show(host_id, frames);
+    }
+
+    /// The host's rentals changed: its next frames are observed against them afresh.
+    pub fn rentals_changed(&self, host_id: i64) {
+        self.ingest.rentals_changed(host_id);
     }
 
     /// Whether the host's frames come through this replica (so its `/metrics` exports them).
@@ -188,15 +182,6 @@ impl Hub {
             }
         }
         new
-    }
-
-    /// Frames just stored for `host_id`, oldest first: counted, and the newest one's time kept.
-    pub(super) fn stored(&self, host_id: i64, fresh: &[&TelemetryFrame]) {
-        self.frames_stored.fetch_add(fresh.len() as u64, Ordering::Relaxed);
-        self.samples_stored.fetch_add(fresh.iter().map(|f| f.gpus.len() as u64).sum(), Ordering::Relaxed);
-        if let Some(newest) = fresh.last() {
-            self.stored_at.write().unwrap_or_else(|p| p.into_inner()).insert(host_id, newest.at_ms);
-        }
     }
 
     fn publish(&self, host_id: i64, frame: &TelemetryFrame) {

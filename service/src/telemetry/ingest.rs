@@ -1,30 +1,35 @@
 //! Ingest: an agent sends frames (every GPU of its host at one instant) numbered per host by
-//! `(stream, sequence)`. [`ingest`] stores the one-minute rollups of the frames the server has
-//! not seen, the energy each rented GPU used, and the host's cursor (the newest frame stored) in
-//! one transaction; only after the commit does the gateway acknowledge, so the agent replays
-//! anything unacknowledged and nothing is stored twice or lost across a crash on either side.
+//! `(stream, sequence)`. [`accept`] shows them to dashboards at once, observes alerts, and adds
+//! the frames the server has not seen to the open [`Batch`](super::flush::Batch) in memory: one
+//! minute's rollup per GPU summed as frames arrive, the energy each sample used, the host's new
+//! cursor. Every `flush_interval` the batch is written in one transaction (see `flush`), and only
+//! then does the [`Receipt`] let the gateway acknowledge: the agent replays anything
+//! unacknowledged, so nothing is stored twice or lost across a crash on either side.
 //!
-//! Group commit: the messages of every agent that arrive while a transaction is being written
-//! wait in [`GroupCommit`]'s queue, and the next transaction stores all of them at once (their
-//! rollups summed in memory into one row per GPU-minute, their cursors moved in the same
-//! transaction). No task runs it: whichever waiting caller takes the writer's turn writes the
-//! group and hands every other caller its outcome. A commit costs about the same for one
-//! message as for a thousand, so throughput grows with load instead of queueing behind it.
+//! Why a batch and not a row per frame: at 1 Hz a frame per host per second would be a rollup
+//! upsert per GPU per second (200,000 a second for 200,000 GPUs); a batch of a few seconds writes
+//! each GPU-minute once per flush and costs one transaction for every agent at once.
+//!
+//! Which frames are new is decided here, against the host's cursor as this replica knows it
+//! (loaded from the database when a connection first sends, kept in memory after). The flush
+//! moves the database's cursor only from where this replica last left it, so frames another
+//! replica stored meanwhile (the agent moved) are not stored again: that host's part of the
+//! batch is refused, its connection here ends, and the agent replays to whoever owns it.
 
+use super::flush::{self, Batch, CursorMove, EnergySample, Outcome};
 use crate::{
     AppError, AppResult, Services,
     alerts::{self, LiveRental},
-    db::{DbResultExt, Sql, begin_write},
+    db::DbResultExt,
 };
-use cardpool_domain::rentals::RentalState;
 use cardpool_protocol::{GpuSample, ServerMessage, TelemetryFrame};
-use chrono::{DateTime, Duration, DurationRound, TimeZone, Utc};
-use sea_orm::{ConnectionTrait, DbBackend, FromQueryResult, Statement};
+use chrono::Utc;
+use sea_orm::{ConnectionTrait, FromQueryResult, Statement};
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap, VecDeque},
-    sync::{Mutex, atomic::Ordering},
+    collections::HashMap,
+    sync::{Arc, Mutex, atomic::Ordering},
 };
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, watch};
 
 /// Frames one message may carry, and GPUs one frame.
 const MAX_FRAMES: usize = 1000;
@@ -39,20 +44,27 @@ const MAX_FRAME_GAP_MS: i64 = 5_000;
 /// The time one frame stands for when there is no previous one.
 const DEFAULT_FRAME_MS: i64 = 1_000;
 
+/// GPU samples the open batch may hold before it is written early (a burst of replays), so a
+/// batch stays a few tens of megabytes however many agents send at once.
+pub(super) const MAX_BATCH_SAMPLES: u64 = 1_000_000;
+
+/// The connection name [`ingest`] stores under (callers that are not an agent's connection).
+const DIRECT: &str = "direct";
+
 /// Sums of one GPU over one minute, as the rollup row adds them up.
 #[derive(Debug, Default, Clone, PartialEq)]
-struct Rollup {
-    samples: i64,
-    util_sum: i64,
-    util_min: i64,
-    util_max: i64,
-    memory_sum: i64,
-    memory_max: i64,
-    temperature_sum: i64,
-    temperature_max: i64,
-    power_sum: i64,
-    power_max: i64,
-    energy_mj: i64,
+pub(super) struct Rollup {
+    pub(super) samples: i64,
+    pub(super) util_sum: i64,
+    pub(super) util_min: i64,
+    pub(super) util_max: i64,
+    pub(super) memory_sum: i64,
+    pub(super) memory_max: i64,
+    pub(super) temperature_sum: i64,
+    pub(super) temperature_max: i64,
+    pub(super) power_sum: i64,
+    pub(super) power_max: i64,
+    pub(super) energy_mj: i64,
 }
 
 impl Rollup {
@@ -83,9 +95,8 @@ pub(super) fn energy_mj(power_mw: i64, ms: i64) -> i64 {
     power_mw * ms / 1000
 }
 
-fn minute_of(at_ms: i64) -> DateTime<Utc> {
-    let at = Utc.timestamp_millis_opt(at_ms).single().unwrap_or_default();
-    at.duration_trunc(Duration::minutes(1)).unwrap_or(at)
+fn minute_of(at_ms: i64) -> i64 {
+    at_ms - at_ms.rem_euclid(60_000)
 }
 
 /// Whether `(stream, sequence)` comes after the cursor `(stream, sequence)`.
@@ -125,45 +136,247 @@ fn within_clock(mut frames: Vec<TelemetryFrame>, now_ms: i64) -> Vec<TelemetryFr
     frames
 }
 
-/// Messages one transaction stores at most, counted in GPU samples (a group past it leaves the
-/// rest queued for the next transaction), so a transaction stays a few megabytes however many
-/// agents send at once.
-const MAX_GROUP_SAMPLES: usize = 100_000;
+/// What this replica knows of one host's telemetry.
+struct HostMemory {
+    /// The connection that last sent (a new one may find the database ahead of us).
+    connection: String,
+    /// The newest frame accepted, and the newest this replica knows is in the database.
+    cursor: Option<(i64, i64)>,
+    durable: Option<(i64, i64)>,
+    /// When the newest accepted frame was sampled (the next one stands for the time since).
+    previous_ms: Option<i64>,
+    /// The host's rentals that hold GPUs (alerts' idle check), as read when `rentals_read`
+    /// equalled `rentals_changed` (a change to the host's rentals bumps the latter).
+    rentals: Arc<Vec<LiveRental>>,
+    rentals_read: u64,
+    rentals_changed: u64,
+    /// A flush could not store this host's part: nothing more from this connection is taken
+    /// (it ends, and the agent replays from what it had acknowledged).
+    poisoned: bool,
+}
 
-/// Rows one statement writes at most (14 parameters a rollup row, well within SQLite's 32,766
-/// and PostgreSQL's 65,535).
-const ROWS_PER_STATEMENT: usize = 1_000;
+impl HostMemory {
+    /// Whether `connection`, sending for the first time, must read the cursor afresh: the
+    /// database may be ahead of this memory (another replica stored the host meanwhile) unless
+    /// frames accepted here are still unwritten; after a refusal it is read again regardless.
+    fn stale_for(&self, connection: &str) -> bool {
+        self.connection != connection && (self.poisoned || self.cursor == self.durable)
+    }
+}
 
-/// One agent's telemetry message, as the group commit stores it.
-struct Message {
+/// The state of ingest in this process: hosts' cursors, the open batch, the writer's turn.
+pub(super) struct Ingest {
+    state: Mutex<State>,
+    /// Held while a batch is written: batches commit one after another, in order.
+    pub(super) writer: tokio::sync::Mutex<()>,
+    /// Woken when the open batch is full.
+    pub(super) full: Notify,
+}
+
+pub(super) struct State {
+    hosts: HashMap<i64, HostMemory>,
+    pub(super) open: Batch,
+    /// Whether a flusher task runs (it ends when it finds nothing to write).
+    pub(super) flusher: bool,
+}
+
+impl Default for Ingest {
+    fn default() -> Self {
+        Ingest {
+            state: Mutex::new(State { hosts: HashMap::new(), open: Batch::default(), flusher: false }),
+            writer: tokio::sync::Mutex::new(()),
+            full: Notify::new(),
+        }
+    }
+}
+
+impl Ingest {
+    pub(super) fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What must be read from the database before `connection`'s frames of `host_id` are
+    /// taken: the cursor (never seen, or a new connection while nothing of the host is unwritten
+    /// here: another replica may have stored it meanwhile), and the rentals (changed since read),
+    /// with the change count they are read at.
+    fn needs(&self, host_id: i64, connection: &str) -> (bool, Option<u64>) {
+        match self.state().hosts.get(&host_id) {
+            None => (true, Some(0)),
+            Some(m) if m.stale_for(connection) => (true, Some(m.rentals_changed)),
+            Some(m) => (false, (m.rentals_read != m.rentals_changed).then_some(m.rentals_changed)),
+        }
+    }
+
+    /// The host's rentals changed (booked, started, stopped, ended): read them again before
+    /// its next frames are observed.
+    pub(super) fn rentals_changed(&self, host_id: i64) {
+        if let Some(memory) = self.state().hosts.get_mut(&host_id) {
+            memory.rentals_changed += 1;
+        }
+    }
+
+    /// What a written batch means for the hosts' memory: committed cursors become durable; a
+    /// host whose part was refused is poisoned for the connection that sent it.
+    pub(super) fn written(&self, moves: &HashMap<i64, CursorMove>, outcome: &Outcome) {
+        let mut state = self.state();
+        for (host_id, moved) in moves {
+            let Some(memory) = state.hosts.get_mut(host_id) else { continue };
+            if outcome.stored(*host_id) {
+                memory.durable = Some((moved.stream, moved.sequence));
+            } else if memory.connection == moved.connection {
+                memory.poisoned = true;
+            }
+        }
+    }
+}
+
+/// The promise that a message's frames will be stored: [`Receipt::stored`] resolves once the
+/// batch holding them committed, with the acknowledgement to send.
+pub struct Receipt {
+    ack: ServerMessage,
     host_id: i64,
-    stream: i64,
-    frames: Vec<TelemetryFrame>,
-    dropped: i64,
+    done: watch::Receiver<Option<Arc<Outcome>>>,
 }
 
-/// A message waiting for the next group commit, and where its outcome goes.
-struct Pending {
-    message: Message,
-    done: oneshot::Sender<AppResult<Stored>>,
+impl Receipt {
+    /// Waits for the batch; an error means nothing of this host from here on is stored (the
+    /// connection should end so that the agent replays).
+    pub async fn stored(mut self) -> AppResult<ServerMessage> {
+        let outcome = match self.done.wait_for(Option::is_some).await {
+            Ok(outcome) => outcome.clone(),
+            // The batch was dropped unwritten (its writer was cancelled): not stored.
+            Err(_) => return Err(AppError::Internal),
+        };
+        match outcome {
+            Some(outcome) if outcome.stored(self.host_id) => Ok(self.ack),
+            _ => Err(AppError::Internal),
+        }
+    }
 }
 
-/// What the group commit stored of one message: its frames the server had not seen (oldest
-/// first) and the host's live rentals, for the live feed and alerts.
-struct Stored {
-    fresh: Vec<TelemetryFrame>,
-    rentals: Vec<LiveRental>,
+/// Takes an agent message's frames for storing (see the module docs) and returns the receipt
+/// that says when they are stored. `None` for an empty message.
+pub async fn accept(
+    services: &Services,
+    host_id: i64,
+    connection: &str,
+    stream: u64,
+    frames: &[TelemetryFrame],
+    dropped: u64,
+) -> AppResult<Option<Receipt>> {
+    check_batch(frames)?;
+    let Some(last) = frames.last() else { return Ok(None) };
+    let ack = ServerMessage::TelemetryAck { stream, sequence: last.sequence };
+    let stream = i64::try_from(stream).map_err(|_| AppError::invalid_field("stream", "out of range"))?;
+    let frames = within_clock(frames.to_vec(), Utc::now().timestamp_millis());
+    let dropped = i64::try_from(dropped).unwrap_or(i64::MAX);
+    // Dashboards see the frames now; storing them waits for the flush.
+    let hub = &services.telemetry;
+    let shown = hub.arrived(host_id, &frames);
+    services.bus.share_telemetry(host_id, &shown);
+
+    let ingest = &hub.ingest;
+    let (cursor_needed, rentals_needed) = ingest.needs(host_id, connection);
+    if let Some(read_at) = rentals_needed {
+        let cursor = if cursor_needed { load_cursor(&services.db, host_id).await? } else { None };
+        let rentals =
+            flush::live_rentals(&services.db, &[host_id], Utc::now()).await?.remove(&host_id).unwrap_or_default();
+        let mut state = ingest.state();
+        match state.hosts.get_mut(&host_id) {
+            Some(memory) if !(cursor_needed && memory.stale_for(connection)) => {
+                memory.rentals = Arc::new(rentals);
+                memory.rentals_read = read_at;
+            }
+            known => {
+                let (previous_ms, changed) = known.map_or((None, 0), |m| (m.previous_ms, m.rentals_changed));
+                state.hosts.insert(
+                    host_id,
+                    HostMemory {
+                        connection: connection.to_owned(),
+                        cursor,
+                        durable: cursor,
+                        previous_ms,
+                        rentals: Arc::new(rentals),
+                        rentals_read: read_at,
+                        rentals_changed: changed,
+                        poisoned: false,
+                    },
+                );
+            }
+        }
+    }
+
+    let sent = frames.len();
+    let (fresh, rentals, done, start_flusher, full) = {
+        let mut state = ingest.state();
+        let State { hosts, open, flusher } = &mut *state;
+        let Some(memory) = hosts.get_mut(&host_id) else { return Err(AppError::Internal) };
+        if memory.poisoned && memory.connection == connection {
+            tracing::warn!(host.id = host_id, "telemetry of a connection whose earlier frames were not stored");
+            return Err(AppError::Internal);
+        }
+        memory.connection = connection.to_owned();
+        let fresh: Vec<TelemetryFrame> =
+            frames.into_iter().filter(|f| is_new(memory.cursor, stream, f.sequence as i64)).collect();
+        // Every message has its host in the batch, even one that brought nothing new: its
+        // acknowledgement must wait until what it duplicates is written, and must not come if
+        // that was refused.
+        let newest = fresh.last().map(|f| (stream, f.sequence as i64)).or(memory.cursor);
+        if let Some((newest_stream, newest_sequence)) = newest {
+            let base = memory.cursor;
+            let moved = open.moves.entry(host_id).or_insert_with(|| CursorMove {
+                base,
+                stream: newest_stream,
+                sequence: newest_sequence,
+                frames: 0,
+                dropped,
+                connection: String::new(),
+            });
+            moved.connection = connection.to_owned();
+            moved.stream = newest_stream;
+            moved.sequence = newest_sequence;
+            moved.frames += fresh.len() as i64;
+            if !fresh.is_empty() {
+                moved.dropped = dropped;
+            }
+            memory.cursor = Some((newest_stream, newest_sequence));
+        }
+        for frame in &fresh {
+            let frame_ms =
+                memory.previous_ms.map_or(DEFAULT_FRAME_MS, |p| (frame.at_ms - p).clamp(0, MAX_FRAME_GAP_MS));
+            memory.previous_ms = Some(frame.at_ms);
+            let minute = minute_of(frame.at_ms);
+            for gpu in &frame.gpus {
+                open.rollups.entry((host_id, gpu.index, minute)).or_default().add(gpu, frame_ms);
+                if let Some(power) = gpu.power_milliwatts {
+                    let mj = energy_mj(i64::from(power), frame_ms);
+                    open.energy.push(EnergySample { host_id, gpu_index: gpu.index, at_ms: frame.at_ms, mj });
+                }
+            }
+            open.frames += 1;
+            open.samples += frame.gpus.len() as u64;
+        }
+        let start_flusher = !*flusher;
+        *flusher = true;
+        (fresh, memory.rentals.clone(), open.done.subscribe(), start_flusher, open.samples >= MAX_BATCH_SAMPLES)
+    };
+    if start_flusher {
+        tokio::spawn(flush::flush_forever(services.clone()));
+    }
+    if full {
+        ingest.full.notify_one();
+    }
+    hub.frames_duplicate.fetch_add((sent - fresh.len()) as u64, Ordering::Relaxed);
+    if !fresh.is_empty() {
+        let fresh: Vec<&TelemetryFrame> = fresh.iter().collect();
+        alerts::observe(services, host_id, &fresh, &rentals).await?;
+    }
+    Ok(Some(Receipt { ack, host_id, done }))
 }
 
-/// The queue of messages waiting to be stored, and the writer's turn.
-#[derive(Default)]
-pub(super) struct GroupCommit {
-    queue: Mutex<VecDeque<Pending>>,
-    writer: tokio::sync::Mutex<()>,
-}
-
-/// Stores the frames of `stream` the server has not seen, once, and says what to acknowledge.
-/// Returns `None` for an empty batch.
+/// Stores the frames of `stream` the server has not seen, once, before it returns, and says
+/// what to acknowledge; `None` for an empty batch. (The gateway uses [`accept`] and sends the
+/// acknowledgement when the flush comes; this writes the open batch at once.)
 pub async fn ingest(
     services: &Services,
     host_id: i64,
@@ -171,332 +384,28 @@ pub async fn ingest(
     frames: &[TelemetryFrame],
     dropped: u64,
 ) -> AppResult<Option<ServerMessage>> {
-    check_batch(frames)?;
-    let Some(last) = frames.last() else { return Ok(None) };
-    let ack = ServerMessage::TelemetryAck { stream, sequence: last.sequence };
-    let stream = i64::try_from(stream).map_err(|_| AppError::invalid_field("stream", "out of range"))?;
-    let frames = within_clock(frames.to_vec(), Utc::now().timestamp_millis());
-    let dropped = i64::try_from(dropped).unwrap_or(i64::MAX);
-    let sent = frames.len();
-    // Dashboards see the frames now; storing them may wait for the transaction before.
-    let shown = services.telemetry.arrived(host_id, &frames);
-    services.bus.share_telemetry(host_id, &shown);
-
-    let group = &services.telemetry.group;
-    let (done, mut outcome) = oneshot::channel();
-    group
-        .queue
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push_back(Pending { message: Message { host_id, stream, frames, dropped }, done });
-    let stored = {
-        let _turn = group.writer.lock().await;
-        // A writer before us may already have stored our message with its group; if not, the
-        // groups ahead of it are written until it has been (a group is bounded, so a long queue
-        // takes several).
-        loop {
-            match outcome.try_recv() {
-                Err(oneshot::error::TryRecvError::Empty) => write_next_group(services).await,
-                // Closed: its writer was cancelled mid-write; nothing was acknowledged, the agent replays.
-                answer => break answer.unwrap_or(Err(AppError::Internal)),
-            }
-        }
-    }?;
-
-    let duplicates = sent - stored.fresh.len();
-    services.telemetry.frames_duplicate.fetch_add(duplicates as u64, Ordering::Relaxed);
-    if stored.fresh.is_empty() {
-        return Ok(Some(ack));
-    }
-    let fresh: Vec<&TelemetryFrame> = stored.fresh.iter().collect();
-    services.telemetry.stored(host_id, &fresh);
-    alerts::observe(services, host_id, &fresh, &stored.rentals).await?;
-    Ok(Some(ack))
+    let Some(receipt) = accept(services, host_id, DIRECT, stream, frames, dropped).await? else { return Ok(None) };
+    flush::flush(services, false).await;
+    receipt.stored().await.map(Some)
 }
 
-/// Takes the queue's oldest messages, up to [`MAX_GROUP_SAMPLES`], stores them in one
-/// transaction and hands each its outcome. Called only with the writer's turn held.
-async fn write_next_group(services: &Services) {
-    let group = {
-        let mut queue = services.telemetry.group.queue.lock().unwrap_or_else(|p| p.into_inner());
-        let mut samples = 0;
-        let mut taken = 0;
-        for pending in queue.iter() {
-            let size: usize = pending.message.frames.iter().map(|f| f.gpus.len().max(1)).sum();
-            if taken > 0 && samples + size > MAX_GROUP_SAMPLES {
-                break;
-            }
-            samples += size;
-            taken += 1;
-        }
-        queue.drain(..taken).collect::<Vec<_>>()
-    };
-    let (messages, answers): (Vec<_>, Vec<_>) = group.into_iter().map(|p| (p.message, p.done)).unzip();
-    match write_group(services, messages).await {
-        Ok(stored) => {
-            for (answer, stored) in answers.into_iter().zip(stored) {
-                let _ = answer.send(Ok(stored));
-            }
-        }
-        Err(err) => {
-            for answer in answers {
-                let _ = answer.send(Err(err.clone()));
-            }
-        }
-    }
-}
-
-/// A host's cursor as the group moves it: the newest frame stored, frames stored, the agent's
-/// latest count of dropped frames.
-struct CursorMove {
-    stream: i64,
-    sequence: i64,
-    frames: i64,
-    dropped: i64,
-}
-
-/// One transaction for a group of messages, in arrival order
-/// (two messages of one host are filtered against each other as well as against its cursor).
-async fn write_group(services: &Services, messages: Vec<Message>) -> AppResult<Vec<Stored>> {
-    let now = Utc::now();
-    let hosts: Vec<i64> = messages.iter().map(|m| m.host_id).collect::<BTreeSet<_>>().into_iter().collect();
-    let txn = begin_write(&services.db).await.context("starting telemetry ingest")?;
-    let mut cursors = load_cursors(&txn, &hosts).await?;
-    let live = live_rentals(&txn, &hosts).await?;
-    let mut rollups: BTreeMap<(i64, u32, DateTime<Utc>), Rollup> = BTreeMap::new();
-    let mut energy: BTreeMap<(i64, u32), i64> = BTreeMap::new();
-    let mut moves: BTreeMap<i64, CursorMove> = BTreeMap::new();
-    let mut previous: HashMap<i64, Option<i64>> = HashMap::new();
-    let mut stored = Vec::with_capacity(messages.len());
-    for Message { host_id, stream, frames, dropped } in messages {
-        let cursor = cursors.get(&host_id).copied();
-        let fresh: Vec<TelemetryFrame> =
-            frames.into_iter().filter(|f| is_new(cursor, stream, f.sequence as i64)).collect();
-        let rentals = live.get(&host_id).cloned().unwrap_or_default();
-        let previous = previous.entry(host_id).or_insert_with(|| services.telemetry.last_stored_ms(host_id));
-        for frame in &fresh {
-            let frame_ms = previous.map_or(DEFAULT_FRAME_MS, |p| (frame.at_ms - p).clamp(0, MAX_FRAME_GAP_MS));
-            *previous = Some(frame.at_ms);
-            let minute = minute_of(frame.at_ms);
-            let at = Utc.timestamp_millis_opt(frame.at_ms).single().unwrap_or(now);
-            for gpu in &frame.gpus {
-                rollups.entry((host_id, gpu.index, minute)).or_default().add(gpu, frame_ms);
-                let Some(power) = gpu.power_milliwatts else { continue };
-                for rental in rentals.iter().filter(|r| r.gpu_index == gpu.index && r.running_at(at)) {
-                    *energy.entry((rental.rental_id, gpu.index)).or_default() += energy_mj(i64::from(power), frame_ms);
-                }
-            }
-        }
-        if let Some(newest) = fresh.last() {
-            let sequence = newest.sequence as i64;
-            cursors.insert(host_id, (stream, sequence));
-            let moved = moves.entry(host_id).or_insert(CursorMove { stream, sequence, frames: 0, dropped });
-            *moved = CursorMove { stream, sequence, frames: moved.frames + fresh.len() as i64, dropped };
-        }
-        stored.push(Stored { fresh, rentals });
-    }
-    upsert_rollups(&txn, &rollups).await?;
-    add_energy(&txn, &energy).await?;
-    move_cursors(&txn, &moves, now).await?;
-    txn.commit().await.context("committing telemetry")?;
-    services.telemetry.commits.fetch_add(1, Ordering::Relaxed);
-    Ok(stored)
-}
-
-/// `IN (…)` over `ids`, one bound parameter each.
-fn id_list(sql: &mut Sql, ids: &[i64]) -> String {
-    ids.iter().map(|id| sql.bind(*id)).collect::<Vec<_>>().join(", ")
-}
-
-/// The cursors `(stream, sequence)` of the hosts that have one.
-async fn load_cursors(conn: &impl ConnectionTrait, hosts: &[i64]) -> AppResult<HashMap<i64, (i64, i64)>> {
+/// A host's cursor `(stream, sequence)` in the database, if it has one.
+async fn load_cursor(conn: &impl ConnectionTrait, host_id: i64) -> AppResult<Option<(i64, i64)>> {
     #[derive(FromQueryResult)]
     struct Row {
-        host_id: i64,
         stream: i64,
         sequence: i64,
     }
     let backend = conn.get_database_backend();
-    let mut cursors = HashMap::new();
-    for chunk in hosts.chunks(ROWS_PER_STATEMENT) {
-        let mut sql = Sql::new(backend);
-        let text = format!(
-            "SELECT host_id, stream, sequence FROM telemetry_cursors WHERE host_id IN ({})",
-            id_list(&mut sql, chunk)
-        );
-        let rows = Row::find_by_statement(Statement::from_sql_and_values(backend, text, sql.values))
-            .all(conn)
-            .await
-            .context("loading telemetry cursors")?;
-        cursors.extend(rows.into_iter().map(|r| (r.host_id, (r.stream, r.sequence))));
-    }
-    Ok(cursors)
-}
-
-/// Writes `rows` by `statement` (an `INSERT ... VALUES {rows} ...` given the VALUES list),
-/// [`ROWS_PER_STATEMENT`] at a time; `bind` binds one row's values and returns their
-/// placeholders.
-async fn write_rows<R>(
-    conn: &impl ConnectionTrait,
-    rows: &[R],
-    statement: impl Fn(&str) -> String,
-    bind: impl Fn(&mut Sql, &R) -> Vec<String>,
-    doing: &'static str,
-) -> AppResult<()> {
-    let backend = conn.get_database_backend();
-    for chunk in rows.chunks(ROWS_PER_STATEMENT) {
-        let mut sql = Sql::new(backend);
-        let values: Vec<String> = chunk.iter().map(|row| format!("({})", bind(&mut sql, row).join(", "))).collect();
-        let text = statement(&values.join(", "));
-        conn.execute_raw(Statement::from_sql_and_values(backend, text, sql.values)).await.context(doing)?;
-    }
-    Ok(())
-}
-
-async fn move_cursors(
-    conn: &impl ConnectionTrait,
-    moves: &BTreeMap<i64, CursorMove>,
-    now: DateTime<Utc>,
-) -> AppResult<()> {
-    let moves: Vec<_> = moves.iter().collect();
-    write_rows(
-        conn,
-        &moves,
-        |rows| {
-            format!(
-                "INSERT INTO telemetry_cursors (host_id, stream, sequence, frames, dropped, updated_at) VALUES {rows} \
-                 ON CONFLICT (host_id) DO UPDATE SET stream = excluded.stream, sequence = excluded.sequence, \
-                 frames = telemetry_cursors.frames + excluded.frames, dropped = excluded.dropped, \
-                 updated_at = excluded.updated_at"
-            )
-        },
-        |sql, (host_id, m)| {
-            vec![
-                sql.bind(**host_id),
-                sql.bind(m.stream),
-                sql.bind(m.sequence),
-                sql.bind(m.frames),
-                sql.bind(m.dropped),
-                sql.bind(now),
-            ]
-        },
-        "moving telemetry cursors",
-    )
-    .await
-}
-
-async fn upsert_rollups(
-    conn: &impl ConnectionTrait,
-    rollups: &BTreeMap<(i64, u32, DateTime<Utc>), Rollup>,
-) -> AppResult<()> {
-    let (least, greatest) =
-        if conn.get_database_backend() == DbBackend::Postgres { ("LEAST", "GREATEST") } else { ("MIN", "MAX") };
-    let add = |c: &str| format!("{c} = gpu_rollups.{c} + excluded.{c}");
-    let sums = ["samples", "util_sum", "memory_used_sum", "temperature_sum", "power_sum_mw", "energy_mj"].map(add);
-    let rollups: Vec<_> = rollups.iter().filter(|(_, r)| r.samples > 0).collect();
-    write_rows(
-        conn,
-        &rollups,
-        |rows| {
-            format!(
-                "INSERT INTO gpu_rollups (host_id, gpu_index, minute, samples, util_sum, util_min, util_max, \
-                 memory_used_sum, memory_used_max, temperature_sum, temperature_max, power_sum_mw, power_max_mw, \
-                 energy_mj) VALUES {rows} ON CONFLICT (host_id, gpu_index, minute) DO UPDATE SET {}, \
-                 util_min = {least}(gpu_rollups.util_min, excluded.util_min), \
-                 util_max = {greatest}(gpu_rollups.util_max, excluded.util_max), \
-                 memory_used_max = {greatest}(gpu_rollups.memory_used_max, excluded.memory_used_max), \
-                 temperature_max = {greatest}(gpu_rollups.temperature_max, excluded.temperature_max), \
-                 power_max_mw = {greatest}(gpu_rollups.power_max_mw, excluded.power_max_mw)",
-                sums.join(", ")
-            )
-        },
-        |sql, ((host_id, index, minute), r)| {
-            vec![
-                sql.bind(*host_id),
-                sql.bind(i32::try_from(*index).unwrap_or(i32::MAX)),
-                sql.bind(*minute),
-                sql.bind(r.samples as i32),
-                sql.bind(r.util_sum),
-                sql.bind(r.util_min as i32),
-                sql.bind(r.util_max as i32),
-                sql.bind(r.memory_sum),
-                sql.bind(r.memory_max),
-                sql.bind(r.temperature_sum),
-                sql.bind(r.temperature_max as i32),
-                sql.bind(r.power_sum),
-                sql.bind(r.power_max),
-                sql.bind(r.energy_mj),
-            ]
-        },
-        "storing telemetry rollups",
-    )
-    .await
-}
-
-async fn add_energy(conn: &impl ConnectionTrait, energy: &BTreeMap<(i64, u32), i64>) -> AppResult<()> {
-    let energy: Vec<_> = energy.iter().collect();
-    write_rows(
-        conn,
-        &energy,
-        |rows| {
-            format!(
-                "INSERT INTO rental_energy (rental_id, gpu_index, energy_mj) VALUES {rows} \
-                 ON CONFLICT (rental_id, gpu_index) DO UPDATE SET energy_mj = rental_energy.energy_mj + excluded.energy_mj"
-            )
-        },
-        |sql, ((rental, index), mj)| {
-            vec![sql.bind(*rental), sql.bind(i32::try_from(*index).unwrap_or(i32::MAX)), sql.bind(**mj)]
-        },
-        "storing rental energy",
-    )
-    .await
-}
-
-/// The hosts' rentals that hold GPUs now, one row per (rental, GPU), by host.
-async fn live_rentals(conn: &impl ConnectionTrait, hosts: &[i64]) -> AppResult<HashMap<i64, Vec<LiveRental>>> {
-    #[derive(FromQueryResult)]
-    struct Row {
-        host_id: i64,
-        rental_id: i64,
-        device_index: i32,
-        running_since: Option<DateTime<Utc>>,
-        billing_ends_at: Option<DateTime<Utc>>,
-        stop_when_idle: bool,
-        state: String,
-    }
-    let backend = conn.get_database_backend();
-    let mut live: HashMap<i64, Vec<LiveRental>> = HashMap::new();
-    for chunk in hosts.chunks(ROWS_PER_STATEMENT) {
-        let mut sql = Sql::new(backend);
-        let hosts = id_list(&mut sql, chunk);
-        let active = sql.bind(true);
-        let states: Vec<String> =
-            [RentalState::Provisioning, RentalState::Running, RentalState::Stopping, RentalState::Preempting]
-                .iter()
-                .map(|s| sql.bind(s.as_str()))
-                .collect();
-        let text = format!(
-            "SELECT r.host_id, r.id AS rental_id, g.device_index, r.running_since, r.billing_ends_at, r.stop_when_idle, r.state \
-             FROM rentals r JOIN rental_gpus rg ON rg.rental_id = r.id JOIN gpus g ON g.id = rg.gpu_id \
-             WHERE r.host_id IN ({hosts}) AND rg.active = {active} AND r.state IN ({})",
-            states.join(", ")
-        );
-        let rows = Row::find_by_statement(Statement::from_sql_and_values(backend, text, sql.values))
-            .all(conn)
-            .await
-            .context("loading the hosts' live rentals")?;
-        for r in rows {
-            live.entry(r.host_id).or_default().push(LiveRental {
-                rental_id: r.rental_id,
-                gpu_index: u32::try_from(r.device_index).unwrap_or(u32::MAX),
-                running_since: r.running_since,
-                billing_ends_at: r.billing_ends_at,
-                stop_when_idle: r.stop_when_idle,
-                running: r.state == RentalState::Running.as_str(),
-            });
-        }
-    }
-    Ok(live)
+    let text = match backend {
+        sea_orm::DbBackend::Postgres => "SELECT stream, sequence FROM telemetry_cursors WHERE host_id = $1",
+        _ => "SELECT stream, sequence FROM telemetry_cursors WHERE host_id = ?",
+    };
+    let row = Row::find_by_statement(Statement::from_sql_and_values(backend, text, [host_id.into()]))
+        .one(conn)
+        .await
+        .context("loading a telemetry cursor")?;
+    Ok(row.map(|r| (r.stream, r.sequence)))
 }
 
 #[cfg(test)]
@@ -551,5 +460,11 @@ mod tests {
         assert!(is_new(cursor, 11, 1), "a restarted agent's first frame is new");
         assert!(!is_new(cursor, 9, 100), "a late frame of an older stream is not");
         assert!(is_new(None, 1, 1));
+    }
+
+    #[test]
+    fn minutes_start_on_the_minute() {
+        assert_eq!(minute_of(120_000), 120_000);
+        assert_eq!(minute_of(179_999), 120_000);
     }
 }

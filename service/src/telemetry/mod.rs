@@ -1,18 +1,20 @@
 //! GPU telemetry: ingest from agents, live fan-out, history, energy, and who may see what.
 //!
-//! An agent's frames are stored once as one-minute rollups and energy per rented GPU
-//! ([`ingest`](ingest::ingest), a group commit shared by every agent sending at the time),
-//! acknowledged only after the commit. Raw frames stay in memory only ([`Hub`]): the last few
-//! minutes per host for first paints and `/metrics`, and a broadcast channel for live
-//! dashboards, which get each frame as it arrives rather than after its transaction. Each subscriber holds a [`Grant`] ([`access`]) that is
+//! An agent's frames are taken by [`accept`](ingest::accept): shown to live dashboards at once,
+//! observed for alerts, and summed into the open batch in memory, which is written every
+//! `flush_interval` in one transaction for every agent at once (one-minute rollups, energy per
+//! rented GPU, hosts' cursors; see `flush`) and only then acknowledged. Raw frames stay in
+//! memory only ([`Hub`]): the last few minutes per host for first paints and `/metrics`, and a
+//! broadcast channel for live dashboards. Each subscriber holds a [`Grant`] ([`access`]) that is
 //! re-checked while the feed runs. [`views`] are the dashboards' reads; [`retention`] deletes
 //! old rollups.
 //!
-//! In-process only: with several replicas, a dashboard sees the hosts connected to its own
-//! replica live (history and alerts come from the database and are complete); a NATS subject
-//! per host would carry frames across replicas.
+//! Replicas: each stores the hosts connected to it; their frames reach the other replicas'
+//! dashboards over the bus (`crate::bus`), and a host's cursor moves only from where the
+//! replica storing it left it, so an agent that moves is never stored twice.
 
 mod access;
+mod flush;
 mod hub;
 mod ingest;
 mod retention;
@@ -20,7 +22,7 @@ mod views;
 
 pub use access::{Grant, Recheck, grant, recheck};
 pub use hub::{FeedSlot, Hub, Published, reading};
-pub use ingest::ingest;
+pub use ingest::{Receipt, accept, ingest};
 pub use retention::apply_retention;
 pub use views::{GpuLabels, MetricsSnapshot, fleet, metrics_snapshot, my_hosts, provider_energy, rental_energy, view};
 
@@ -39,10 +41,20 @@ pub struct TelemetrySettings {
     /// Live feeds one account may hold open at once, and the whole server.
     pub feeds_per_account: usize,
     pub feeds: usize,
+    /// How often accepted telemetry is written (and acknowledged): each GPU-minute's rollup is
+    /// written once per flush, so a longer interval writes less for the same fleet.
+    pub flush_interval: std::time::Duration,
 }
 
 impl Default for TelemetrySettings {
     fn default() -> Self {
-        TelemetrySettings { idle_util_pct: 5, idle_minutes: 30, retention_days: 30, feeds_per_account: 16, feeds: 5000 }
+        TelemetrySettings {
+            idle_util_pct: 5,
+            idle_minutes: 30,
+            retention_days: 30,
+            feeds_per_account: 16,
+            feeds: 5000,
+            flush_interval: std::time::Duration::from_secs(2),
+        }
     }
 }

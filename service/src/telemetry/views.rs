@@ -4,7 +4,7 @@
 
 use super::{
     HISTORY_MINUTES,
-    access::grant,
+    access::{GrantHosts, grant},
     hub::{GIB, reading},
 };
 use crate::{
@@ -36,8 +36,19 @@ pub async fn view(services: &Services, principal: &Principal, scope: TelemetrySc
         let ceil = since.duration_trunc(Duration::minutes(1)).unwrap_or(since);
         from = from.max(if ceil < since { ceil + Duration::minutes(1) } else { ceil });
     }
+    let hosts = match &grant.hosts {
+        GrantHosts::Listed(hosts) => hosts.clone(),
+        GrantHosts::All => hosts::Entity::find()
+            .filter(hosts::Column::RevokedAt.is_null())
+            .all(&services.db)
+            .await
+            .context("loading hosts")?
+            .into_iter()
+            .map(|h| (h.id, None))
+            .collect(),
+    };
     let mut samples: Vec<HostSample> = Vec::new();
-    for (host_id, indexes) in &grant.hosts {
+    for (host_id, indexes) in &hosts {
         let recent: Vec<HostSample> =
             services.telemetry.recent(*host_id).iter().filter_map(|p| grant.admits_sample(&p.sample)).collect();
         let raw_from = recent.first().map(|s| s.at_ms);

@@ -66,6 +66,7 @@ async fn stored_samples(services: &Services, host_id: i64, gpu: i32) -> i64 {
 backend_tests!(
     replays_duplicates_and_restarts_store_each_frame_once,
     agents_sending_at_once_are_stored_together_exactly_once,
+    a_host_stored_by_another_replica_meanwhile_is_not_stored_twice,
     energy_counts_only_while_the_rental_runs,
     grants_show_each_viewer_only_their_gpus,
     alerts_follow_conditions_and_idle_rentals_are_told_or_stopped,
@@ -173,6 +174,42 @@ async fn agents_sending_at_once_are_stored_together_exactly_once(backend: Backen
     assert_eq!(hub.samples_stored.load(Ordering::Relaxed), 30 * 30 * 2);
     let commits = hub.commits.load(Ordering::Relaxed);
     assert!(commits * 2 <= messages, "{messages} messages took {commits} transactions");
+}
+
+/// Two replicas over one database: A has accepted frames of a host but not yet written them
+/// when the agent, moved to B, has B store them and more. A's flush leaves the host out (its
+/// messages are not acknowledged), A takes nothing more from that connection, and a new
+/// connection to A goes on from the database's cursor: every frame is stored once.
+async fn a_host_stored_by_another_replica_meanwhile_is_not_stored_twice(backend: Backend) {
+    // A writes only when told to (another host's `ingest` writes A's whole open batch).
+    let mut settings = Settings::default();
+    settings.telemetry.flush_interval = std::time::Duration::from_secs(600);
+    let (_db, a) = testing::services(backend, settings.clone()).await;
+    let b = Services::new(a.db.clone(), settings).await.unwrap();
+    let provider = testing::provider(&a, "p@example.com").await;
+    let host = testing::host(&a, &provider, "h").gpus(2).await;
+    let other = testing::host(&a, &provider, "other").gpus(1).await;
+    let flush_a = async |sequence: u64| {
+        telemetry::ingest(&a, other, 1, &frames(sequence, sequence, 1, 10, 1_000), 0).await.unwrap();
+    };
+
+    // A accepts 1..=10 (shown, not yet written); before its flush, B stores 1..=20.
+    let waiting = telemetry::accept(&a, host, "a-1", 5, &frames(1, 10, 2, 40, 100_000), 0).await.unwrap().unwrap();
+    let ack = telemetry::ingest(&b, host, 5, &frames(1, 20, 2, 40, 100_000), 0).await.unwrap();
+    assert_eq!(ack, Some(ServerMessage::TelemetryAck { stream: 5, sequence: 20 }));
+    flush_a(1).await;
+    assert_eq!(waiting.stored().await.unwrap_err(), AppError::Internal, "A's copy is not acknowledged");
+    assert_eq!(stored_samples(&a, host, 0).await, 20, "1..=20 once");
+    let refused = telemetry::accept(&a, host, "a-1", 5, &frames(11, 12, 2, 40, 100_000), 0).await;
+    assert!(matches!(refused, Err(AppError::Internal)), "the connection whose frames were refused ends");
+
+    // The agent comes back to A on a new connection and sends 15..=25 (B's ack of 20 was lost).
+    let again = telemetry::accept(&a, host, "a-2", 5, &frames(15, 25, 2, 40, 100_000), 0).await.unwrap().unwrap();
+    flush_a(2).await;
+    assert_eq!(again.stored().await.unwrap(), ServerMessage::TelemetryAck { stream: 5, sequence: 25 });
+    assert_eq!(stored_samples(&a, host, 0).await, 25);
+    let cursor = telemetry_cursors::Entity::find_by_id(host).one(&a.db).await.unwrap().unwrap();
+    assert_eq!((cursor.sequence, cursor.frames), (25, 25), "every frame stored once");
 }
 
 async fn booked(services: &Services, renter: &Principal, host: i64, gpus: u32, stop_when_idle: bool) -> i64 {
