@@ -77,8 +77,12 @@ async fn watch(mut response: reqwest::Response, latencies: Arc<Mutex<Vec<i64>>>,
     let mut text = String::new();
     while let Ok(Some(chunk)) = response.chunk().await {
         text.push_str(&String::from_utf8_lossy(&chunk));
-        while let Some(end) = text.find("\n\n") {
-            let event: String = text.drain(..end + 2).collect();
+        // Every whole event of the chunk, then what they took cut off once (cutting per event
+        // would move the rest of a large chunk once per event, and the reader would lag).
+        let mut start = 0;
+        while let Some(end) = text[start..].find("\n\n") {
+            let event = &text[start..start + end];
+            start += end + 2;
             let Some(data) = event.lines().find_map(|l| l.strip_prefix("data: ")) else { continue };
             if !recording.load(Ordering::Relaxed) {
                 continue;
@@ -89,6 +93,7 @@ async fn watch(mut response: reqwest::Response, latencies: Arc<Mutex<Vec<i64>>>,
                 latencies.lock().unwrap_or_else(|p| p.into_inner()).push(now_ms() - at);
             }
         }
+        text.drain(..start);
     }
 }
 
