@@ -38,9 +38,10 @@ use cardpool_protocol::{AgentMessage, PROTOCOL_VERSION, ServerMessage};
 use cardpool_service::{Services, bus, entities::hosts as host_rows, hosts, rentals, telemetry, tunnels};
 use futures_util::{
     SinkExt, StreamExt,
+    future::BoxFuture,
     stream::{FuturesUnordered, SplitSink},
 };
-use std::{pin::Pin, time::Duration};
+use std::time::Duration;
 
 /// How the gateway paces agents.
 #[derive(Clone)]
@@ -209,8 +210,7 @@ async fn serve_connected(
     let mut recheck = tokio::time::interval(options.heartbeat_interval);
     recheck.tick().await;
     // Telemetry waiting for its flush; each is acknowledged when stored.
-    let mut acks: FuturesUnordered<Pin<Box<dyn Future<Output = Result<ServerMessage, AppError>> + Send>>> =
-        FuturesUnordered::new();
+    let mut acks: FuturesUnordered<BoxFuture<'static, Result<ServerMessage, AppError>>> = FuturesUnordered::new();
     loop {
         let to_agent = async {
             match tunnels.as_mut() {
