@@ -110,8 +110,7 @@ async fn seed_money(services: &Services) -> AppResult<()> {
     let provider = accounts::principal_for_email(services, "provider@demo.cardpool.dev").await?.user_id;
     let provider2 = accounts::principal_for_email(services, "provider2@demo.cardpool.dev").await?.user_id;
     let days_ago = |d: i64| chrono::Utc::now() - chrono::Duration::days(d);
-    let txn =
-        cardpool_service::db::begin_write(&services.db).await.map_err(|_| cardpool_service::AppError::Internal)?;
+    let txn = services.begin_write().await.map_err(|_| cardpool_service::AppError::Internal)?;
     let mut welcome = Entry::new("credit", "demo:welcome", "Welcome credit").transfer(
         Book::PromotionalCredit,
         Book::Wallet(renter),

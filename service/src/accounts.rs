@@ -8,7 +8,7 @@ use crate::{
         change_roles, user_summary,
     },
     auth::{self, Credential, Principal, roles_of},
-    db::{DbResultExt, Violation, begin_write},
+    db::{DbResultExt, Violation},
     entities::users,
 };
 use cardpool_domain::{
@@ -164,7 +164,7 @@ pub async fn set_password(
     }
     let new_hash = services.passwords.hash(new_password.expose()).await?;
 
-    let txn = begin_write(&services.db).await.context("starting password change")?;
+    let txn = services.begin_write().await.context("starting password change")?;
     let current = users::Entity::find_by_id(user.id)
         .one(&txn)
         .await

@@ -367,7 +367,7 @@ pub async fn acknowledge(services: &Services, principal: &Principal, alert_id: i
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Settings, db, testing};
+    use crate::{Settings, testing};
 
     crate::backend_tests!(an_alert_two_replicas_raise_at_once_is_open_once);
 
@@ -378,11 +378,11 @@ mod tests {
         let (_db, services) = testing::services(backend, Settings::default()).await;
         let provider = testing::provider(&services, "p@example.com").await;
         let host = testing::host(&services, &provider, "h").await;
-        let first = db::begin_write(&services.db).await.unwrap();
+        let first = services.begin_write().await.unwrap();
         assert!(raise(&first, AlertKind::OverTemperature, host, Some(0), None, "hot".into()).await.unwrap());
         let other = services.clone();
         let second = tokio::spawn(async move {
-            let txn = db::begin_write(&other.db).await.unwrap();
+            let txn = other.begin_write().await.unwrap();
             let raised = raise(&txn, AlertKind::OverTemperature, host, Some(0), None, "hot".into()).await.unwrap();
             // The transaction is still usable: a host-wide alert of another kind goes in.
             assert!(raise(&txn, AlertKind::HostOffline, host, None, None, "gone".into()).await.unwrap());

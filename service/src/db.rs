@@ -1,8 +1,11 @@
 //! Opening the database: SQLite by default, PostgreSQL by URL, migrated before first use.
 //!
 //! SQLite runs in WAL mode with a busy timeout and foreign keys on. Writes that read first go
-//! through [`begin_write`], which on SQLite is `BEGIN IMMEDIATE`: the write lock is taken up
-//! front, so two such transactions queue instead of failing with `SQLITE_BUSY` halfway.
+//! through [`WriteQueue::begin`], which on SQLite is `BEGIN IMMEDIATE`: the write lock is taken
+//! up front, so two such transactions queue instead of failing with `SQLITE_BUSY` halfway. They
+//! queue in this process first, in arrival order: SQLite has one writer at a time, and a writer
+//! left to SQLite's busy handler sleeps in growing steps (1, 2, 5 … 100 ms) and polls, so under
+//! load the lock sat free while the waiters slept; the queue hands it straight to the next.
 //!
 //! Database errors leave the service through [`DbResultExt`]: an unexpected one is logged once
 //! with what was being done and becomes the client-safe [`AppError::Internal`]; a broken rule
@@ -12,14 +15,15 @@
 use crate::{AppError, AppResult};
 use cardpool_migrations::{Migrator, MigratorTrait};
 use sea_orm::{
-    ConnectOptions, Database, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, RuntimeErr,
-    TransactionOptions, TransactionTrait, Value,
+    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, ExecResult,
+    QueryResult, RuntimeErr, Statement, TransactionOptions, TransactionTrait, Value,
     sqlx::{
         self,
         sqlite::{SqliteJournalMode, SqliteSynchronous},
     },
 };
-use std::time::Duration;
+use std::{ops::Deref, sync::Arc, time::Duration};
+use tokio::sync::{Mutex, OwnedMutexGuard};
 
 /// How long a SQLite writer waits for the lock before giving up.
 const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -55,14 +59,83 @@ pub fn is_sqlite(url: &str) -> bool {
     url.starts_with("sqlite:")
 }
 
-/// Starts a transaction for a write that reads first (`BEGIN IMMEDIATE` on SQLite; a normal
-/// `BEGIN` on PostgreSQL, where row locks and constraints do the same job).
-pub async fn begin_write(db: &DatabaseConnection) -> Result<DatabaseTransaction, DbErr> {
-    db.begin_with_options(TransactionOptions {
-        sqlite_transaction_mode: Some(sea_orm::SqliteTransactionMode::Immediate),
-        ..Default::default()
-    })
-    .await
+/// The turn to write, one transaction after another in arrival order, on a database that has
+/// one writer at a time (SQLite); PostgreSQL's writers run side by side, ordered by row locks
+/// and constraints, and take no turn.
+#[derive(Debug, Clone, Default)]
+pub struct WriteQueue(Option<Arc<Mutex<()>>>);
+
+impl WriteQueue {
+    /// The queue `db` needs.
+    pub fn for_database(db: &DatabaseConnection) -> Self {
+        match db.get_database_backend() {
+            DbBackend::Sqlite => WriteQueue(Some(Arc::default())),
+            _ => WriteQueue(None),
+        }
+    }
+
+    /// Starts a transaction for a write that reads first (`BEGIN IMMEDIATE` on SQLite, once it
+    /// is this writer's turn; a normal `BEGIN` on PostgreSQL). The turn is taken before a
+    /// connection, so writers waiting for it hold none, and it passes on when the transaction
+    /// commits, rolls back or is dropped.
+    pub async fn begin(&self, db: &DatabaseConnection) -> Result<WriteTxn, DbErr> {
+        let turn = match &self.0 {
+            Some(queue) => Some(queue.clone().lock_owned().await),
+            None => None,
+        };
+        let txn = db
+            .begin_with_options(TransactionOptions {
+                sqlite_transaction_mode: Some(sea_orm::SqliteTransactionMode::Immediate),
+                ..Default::default()
+            })
+            .await?;
+        Ok(WriteTxn { txn, _turn: turn })
+    }
+}
+
+/// A write transaction holding its turn (see [`WriteQueue`]). It reads and writes as the
+/// [`DatabaseTransaction`] it wraps; dropped without [`WriteTxn::commit`], it rolls back.
+pub struct WriteTxn {
+    // Declared first, so dropped first: the rollback is on its way before the turn passes on.
+    txn: DatabaseTransaction,
+    _turn: Option<OwnedMutexGuard<()>>,
+}
+
+impl WriteTxn {
+    pub async fn commit(self) -> Result<(), DbErr> {
+        self.txn.commit().await
+    }
+}
+
+impl Deref for WriteTxn {
+    type Target = DatabaseTransaction;
+
+    fn deref(&self) -> &DatabaseTransaction {
+        &self.txn
+    }
+}
+
+#[async_trait::async_trait]
+impl ConnectionTrait for WriteTxn {
+    fn get_database_backend(&self) -> DbBackend {
+        self.txn.get_database_backend()
+    }
+
+    async fn execute_raw(&self, stmt: Statement) -> Result<ExecResult, DbErr> {
+        self.txn.execute_raw(stmt).await
+    }
+
+    async fn execute_unprepared(&self, sql: &str) -> Result<ExecResult, DbErr> {
+        self.txn.execute_unprepared(sql).await
+    }
+
+    async fn query_one_raw(&self, stmt: Statement) -> Result<Option<QueryResult>, DbErr> {
+        self.txn.query_one_raw(stmt).await
+    }
+
+    async fn query_all_raw(&self, stmt: Statement) -> Result<Vec<QueryResult>, DbErr> {
+        self.txn.query_all_raw(stmt).await
+    }
 }
 
 /// Whether the database answers a trivial query (used by `/healthz`).

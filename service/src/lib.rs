@@ -111,6 +111,8 @@ impl Default for PaymentSettings {
 #[derive(Clone)]
 pub struct Services {
     pub db: DatabaseConnection,
+    /// Whose turn it is to write, on a database with one writer at a time (see `db`).
+    pub writes: db::WriteQueue,
     pub passwords: Arc<passwords::PasswordHasher>,
     pub sign_in_limiter: Arc<rate_limit::SignInLimiter>,
     pub settings: Arc<Settings>,
@@ -144,6 +146,7 @@ impl Services {
         let sign_in_limiter = rate_limit::SignInLimiter::new(db.clone(), settings.sign_in_limits);
         let services = Services {
             stripe: Arc::new(stripe),
+            writes: db::WriteQueue::for_database(&db),
             db,
             passwords: Arc::new(passwords),
             sign_in_limiter: Arc::new(sign_in_limiter),
@@ -159,6 +162,11 @@ impl Services {
         };
         bus::listen(&services);
         Ok(services)
+    }
+
+    /// Starts a write transaction that reads first, in its turn (see [`db::WriteQueue`]).
+    pub async fn begin_write(&self) -> Result<db::WriteTxn, sea_orm::DbErr> {
+        self.writes.begin(&self.db).await
     }
 
     /// Wakes the host's agent connection, on whichever replica holds it, so it sends its

@@ -10,7 +10,7 @@
 use crate::{
     AppError, AppResult, Services,
     auth::Principal,
-    db::{DbResultExt, begin_write},
+    db::DbResultExt,
     entities::{ledger_postings, ledger_transactions, stripe_events, top_ups, users},
     ledger::{self, Book, Entry},
 };
@@ -196,7 +196,7 @@ pub async fn handle_webhook(
         _ => None,
     };
 
-    let txn = begin_write(&services.db).await.context("starting webhook transaction")?;
+    let txn = services.begin_write().await.context("starting webhook transaction")?;
     // The inbox row goes first: a concurrent duplicate waits on its key, then finds it.
     let inserted = stripe_events::Entity::insert(stripe_events::ActiveModel {
         id: Set(event_id.clone()),
@@ -479,7 +479,7 @@ pub async fn admin_adjust(
     entry.actor_user_id = Some(principal.user_id);
     entry.reason = Some(reason.to_owned());
     let created_at = entry.at;
-    let txn = begin_write(&services.db).await.context("starting adjustment")?;
+    let txn = services.begin_write().await.context("starting adjustment")?;
     let balance_before = ledger::balance(&txn, Book::Wallet(user.id)).await?;
     let transaction_id = ledger::post(&txn, entry).await?;
     let action = match request.kind {

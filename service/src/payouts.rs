@@ -10,7 +10,7 @@
 use crate::{
     AppError, AppResult, Services,
     auth::Principal,
-    db::{DbResultExt, begin_write},
+    db::DbResultExt,
     entities::{payout_accounts, payouts},
     hosts::require_provider,
     ledger::{self, Book, Entry},
@@ -209,7 +209,7 @@ pub async fn request_payout(
         None => None,
     };
 
-    let txn = begin_write(&services.db).await.context("starting payout")?;
+    let txn = services.begin_write().await.context("starting payout")?;
     // Concurrent requests queue here, each seeing what the one before it booked.
     ledger::lock(&txn, Book::Earnings(principal.user_id)).await?;
     let (_, available) = earnings_split(services, &txn, principal.user_id).await?;
@@ -269,7 +269,7 @@ async fn execute_payout(services: &Services, row: payouts::Model) -> AppResult<p
     let now = Utc::now();
     match result {
         Ok(transfer_id) => {
-            let txn = begin_write(&services.db).await.context("starting payout record")?;
+            let txn = services.begin_write().await.context("starting payout record")?;
             let notice = crate::notify::Notice::new(
                 row.user_id,
                 cardpool_domain::notifications::EventKind::PayoutPaid,
@@ -290,7 +290,7 @@ async fn execute_payout(services: &Services, row: payouts::Model) -> AppResult<p
         }
         Err(err @ (AppError::Conflict(_) | AppError::PaymentRequired(_))) => {
             tracing::warn!(payout.id = row.id, error = %err, "transfer refused; reversing payout");
-            let txn = begin_write(&services.db).await.context("starting payout reversal")?;
+            let txn = services.begin_write().await.context("starting payout reversal")?;
             let entry = Entry::new(
                 "payout_reversal",
                 format!("payout_reversal:{}", row.id),

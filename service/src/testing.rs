@@ -175,7 +175,7 @@ impl NewPerson<'_> {
             principal.roles = crate::accounts::enable_provider(services, &principal).await.expect("provider").roles;
         }
         if dollars > 0 {
-            let txn = db::begin_write(&services.db).await.expect("transaction");
+            let txn = services.begin_write().await.expect("transaction");
             let entry = Entry::new("credit", format!("seed:{email}"), "seed").transfer(
                 Book::PromotionalCredit,
                 Book::Wallet(me.id),

@@ -179,7 +179,7 @@ impl TestApp {
         let client = self.browser();
         self.sign_up(&client, email).await;
         let id = accounts::principal_for_email(&self.services, email).await.unwrap().user_id;
-        let txn = cardpool_service::db::begin_write(&self.services.db).await.unwrap();
+        let txn = self.services.begin_write().await.unwrap();
         let entry = ledger::Entry::new("credit", format!("seed:{email}"), "seed").transfer(
             Book::PromotionalCredit,
             Book::Wallet(id),

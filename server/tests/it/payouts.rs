@@ -39,7 +39,7 @@ async fn provider_with_earnings(app: &TestApp, earned: i64) -> (Client, i64) {
         cardpool_service::accounts::principal_for_email(services, "gpu-owner@example.com").await.unwrap().user_id;
     let renter_id =
         cardpool_service::accounts::principal_for_email(services, "customer@example.com").await.unwrap().user_id;
-    let txn = cardpool_service::db::begin_write(&services.db).await.unwrap();
+    let txn = services.begin_write().await.unwrap();
     ledger::post(
         &txn,
         ledger::Entry::new("credit", "test:seed", "seed").transfer(
@@ -166,7 +166,7 @@ async fn concurrent_payouts_never_pay_out_more_than_is_available(backend: Backen
     backdate_earnings(&app).await;
     let renter_id =
         cardpool_service::accounts::principal_for_email(services, "customer@example.com").await.unwrap().user_id;
-    let txn = cardpool_service::db::begin_write(&services.db).await.unwrap();
+    let txn = services.begin_write().await.unwrap();
     ledger::charge_usage(&txn, renter_id, provider_id, 100_000_000, 1000, "test:recent".into(), "usage".into())
         .await
         .unwrap();
@@ -181,7 +181,7 @@ async fn concurrent_payouts_never_pay_out_more_than_is_available(backend: Backen
     // 100 requests for $1 each at once, while another payout holds the earnings account: 45
     // are paid, the rest refused, nothing more. (Read before that lock, every one of them saw
     // $45 available and paid out.)
-    let held = cardpool_service::db::begin_write(&services.db).await.unwrap();
+    let held = services.begin_write().await.unwrap();
     ledger::lock(&held, Book::Earnings(provider_id)).await.unwrap();
     let requests: Vec<_> = (0..100)
         .map(|_| {

@@ -76,7 +76,7 @@ pub(crate) async fn change_roles(
     user_id: i64,
     change: RoleChange<'_>,
 ) -> AppResult<users::Model> {
-    let txn = crate::db::begin_write(&services.db).await.context("starting role change")?;
+    let txn = services.begin_write().await.context("starting role change")?;
     let user = locked_user(&txn, user_id).await?;
     let same = change.provider.is_none_or(|p| p == user.is_provider) && change.admin.is_none_or(|a| a == user.is_admin);
     if same {
@@ -126,7 +126,7 @@ pub async fn suspend(services: &Services, principal: &Principal, user_id: i64, r
     if user_id == principal.user_id {
         return Err(AppError::conflict("you cannot suspend your own account"));
     }
-    let txn = crate::db::begin_write(&services.db).await.context("starting suspension")?;
+    let txn = services.begin_write().await.context("starting suspension")?;
     let user = locked_user(&txn, user_id).await?;
     if user.suspended_at.is_some() {
         return Err(AppError::conflict("this account is suspended already"));
@@ -180,7 +180,7 @@ pub async fn reinstate(
 ) -> AppResult<UserSummary> {
     principal.require_admin()?;
     let reason = check_reason(reason)?;
-    let txn = crate::db::begin_write(&services.db).await.context("starting reinstatement")?;
+    let txn = services.begin_write().await.context("starting reinstatement")?;
     let user = locked_user(&txn, user_id).await?;
     if user.suspended_at.is_none() {
         return Err(AppError::conflict("this account is not suspended"));

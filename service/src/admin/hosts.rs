@@ -78,7 +78,7 @@ async fn change(
 ) -> AppResult<HostSummary> {
     principal.require_admin()?;
     let reason = check_reason(reason)?;
-    let txn = crate::db::begin_write(&services.db).await.context("starting host change")?;
+    let txn = services.begin_write().await.context("starting host change")?;
     let host = locked(&txn, host_id).await?;
     if host.revoked_at.is_some() {
         return Err(AppError::conflict("this host was revoked"));

@@ -143,7 +143,7 @@ pub async fn refund(
     if !fields.is_empty() {
         return Err(AppError::invalid_fields(fields));
     }
-    let txn = crate::db::begin_write(&services.db).await.context("starting refund")?;
+    let txn = services.begin_write().await.context("starting refund")?;
     let rental = crate::rentals::load_for_update(&txn, rental_id).await?;
     let refundable = (rental.charged_micros - rental.refunded_micros).max(0);
     if amount > refundable {

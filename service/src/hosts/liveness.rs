@@ -92,7 +92,7 @@ async fn heard_from(services: &Services, host_id: i64, through: Through<'_>) -> 
         Through::Owner(connection) => update.filter(hosts::Column::ConnectionId.eq(connection)),
         Through::Any | Through::Claiming(_) => update,
     };
-    let txn = crate::db::begin_write(&services.db).await.context("starting heartbeat")?;
+    let txn = services.begin_write().await.context("starting heartbeat")?;
     let mut online = hosts::Entity::update_many()
         .col_expr(hosts::Column::Status, Expr::value(HostStatus::Online.as_str()))
         .col_expr(hosts::Column::LastHeartbeatAt, Expr::value(now));
@@ -159,7 +159,7 @@ pub async fn mark_silent_hosts_offline(services: &Services, grace: std::time::Du
 /// Moves an online host offline, recording why. Returns whether it was online.
 async fn set_offline(services: &Services, host_id: i64, reason: &str) -> AppResult<bool> {
     let now = Utc::now();
-    let txn = crate::db::begin_write(&services.db).await.context("starting offline transition")?;
+    let txn = services.begin_write().await.context("starting offline transition")?;
     let changed = hosts::Entity::update_many()
         .col_expr(hosts::Column::Status, Expr::value(HostStatus::Offline.as_str()))
         .filter(hosts::Column::Id.eq(host_id))

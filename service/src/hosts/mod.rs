@@ -93,7 +93,7 @@ pub async fn enroll_host(services: &Services, token: &str, hostname: &str) -> Ap
         return Err(AppError::Unauthorized);
     }
     let now = Utc::now();
-    let txn = crate::db::begin_write(&services.db).await.context("starting enrollment")?;
+    let txn = services.begin_write().await.context("starting enrollment")?;
     let Some(row) = enrollment_tokens::Entity::find()
         .filter(enrollment_tokens::Column::TokenHash.eq(digest(token)))
         .one(&txn)
@@ -251,7 +251,7 @@ pub async fn record_inventory(services: &Services, host: &hosts::Model, inventor
         return Err(AppError::invalid_field("gpus", "a host reports at most 64 GPUs"));
     }
     let now = Utc::now();
-    let txn = crate::db::begin_write(&services.db).await.context("starting inventory update")?;
+    let txn = services.begin_write().await.context("starting inventory update")?;
     let facts = serde_json::to_string(&inventory.host).map_err(|_| AppError::Internal)?;
     let mut row = hosts::Entity::find_by_id(host.id)
         .one(&txn)
@@ -419,7 +419,7 @@ pub async fn revoke_host(services: &Services, principal: &Principal, host_id: i6
     }
     let now = Utc::now();
     let by = if host.provider_id == principal.user_id { "its provider" } else { "an admin" };
-    let txn = crate::db::begin_write(&services.db).await.context("starting revocation")?;
+    let txn = services.begin_write().await.context("starting revocation")?;
     let before = crate::admin::host_snapshot(&host);
     let mut row = host.into_active_model();
     row.revoked_at = Set(Some(now));
@@ -502,7 +502,7 @@ pub async fn update_host_pricing(
         updated_at: Set(Utc::now()),
         ..Default::default()
     };
-    let txn = crate::db::begin_write(&services.db).await.context("starting price change")?;
+    let txn = services.begin_write().await.context("starting price change")?;
     host_prices::Entity::insert(row)
         .on_conflict(
             sea_orm::sea_query::OnConflict::columns([host_prices::Column::HostId, host_prices::Column::GpuModel])
@@ -558,7 +558,7 @@ pub async fn set_host_listed(services: &Services, principal: &Principal, host_id
             )));
         }
     }
-    let txn = crate::db::begin_write(&services.db).await.context("starting listing change")?;
+    let txn = services.begin_write().await.context("starting listing change")?;
     let mut row = host.into_active_model();
     row.listed = Set(listed);
     row.update(&txn).await.context("saving listing")?;

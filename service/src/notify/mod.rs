@@ -242,7 +242,7 @@ pub async fn apply_retention(services: &Services) -> AppResult<u64> {
         .await
         .context("finding old notifications")?;
     if !old_read.is_empty() {
-        let txn = crate::db::begin_write(&services.db).await.context("starting notification retention")?;
+        let txn = services.begin_write().await.context("starting notification retention")?;
         deleted += webhook_deliveries::Entity::delete_many()
             .filter(webhook_deliveries::Column::NotificationId.is_in(old_read.iter().copied()))
             .exec(&txn)

@@ -128,7 +128,7 @@ fn dto(row: webhooks::Model, secret: Option<String>) -> Webhook {
 /// Registers a webhook for the caller; the answer carries its signing secret, once.
 pub async fn create(services: &Services, principal: &Principal, request: &NewWebhook) -> AppResult<Webhook> {
     let url = check_url(&request.url, &services.settings.webhooks)?;
-    let txn = crate::db::begin_write(&services.db).await.context("starting webhook")?;
+    let txn = services.begin_write().await.context("starting webhook")?;
     if live_ids(&txn, principal.user_id).await?.len() >= MAX_WEBHOOKS {
         return Err(AppError::conflict(format!("an account has at most {MAX_WEBHOOKS} webhooks; delete one first")));
     }
@@ -176,7 +176,7 @@ async fn owned(services: &Services, principal: &Principal, webhook_id: i64) -> A
 /// are given up); its log stays readable until then.
 pub async fn delete(services: &Services, principal: &Principal, webhook_id: i64) -> AppResult<()> {
     let row = owned(services, principal, webhook_id).await?;
-    let txn = crate::db::begin_write(&services.db).await.context("starting webhook removal")?;
+    let txn = services.begin_write().await.context("starting webhook removal")?;
     let mut update = row.into_active_model();
     update.deleted_at = Set(Some(Utc::now()));
     update.update(&txn).await.context("removing webhook")?;
@@ -210,7 +210,7 @@ pub async fn send_test(services: &Services, principal: &Principal, webhook_id: i
     if let Some(wait) = last_test.map(|at| TEST_EVERY_SECS - (now - at).num_seconds()).filter(|w| *w > 0) {
         return Err(AppError::RateLimited { retry_after_secs: u64::try_from(wait).unwrap_or(1) });
     }
-    let txn = crate::db::begin_write(&services.db).await.context("starting test event")?;
+    let txn = services.begin_write().await.context("starting test event")?;
     let notice = Notice::new(
         principal.user_id,
         EventKind::Test,

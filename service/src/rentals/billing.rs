@@ -12,7 +12,7 @@ use super::{
 };
 use crate::{
     AppError, AppResult, Services,
-    db::{DbResultExt, begin_write},
+    db::DbResultExt,
     entities::{hosts, rentals},
     ledger,
     ledger::Book,
@@ -236,7 +236,7 @@ fn usage_entry(rental: &rentals::Model, seconds: i64) -> (String, String) {
 /// Bills one rental now (the billing worker calls this for every unsettled rental).
 pub async fn settle(services: &Services, rental_id: i64) -> AppResult<Rental> {
     let now = Utc::now();
-    let txn = begin_write(&services.db).await.context("starting settlement")?;
+    let txn = services.begin_write().await.context("starting settlement")?;
     let before = load_for_update(&txn, rental_id).await?;
     let was = before.state.clone();
     let rental = settle_in(services, &txn, before, now).await?;

@@ -18,7 +18,7 @@ use super::{
 use crate::{
     AppError, AppResult, Services,
     auth::Principal,
-    db::{DbResultExt, Violation, begin_write},
+    db::{DbResultExt, Violation},
     entities::{gpus, host_prices, hosts, rental_gpus, rentals},
     ledger::{self, Book},
     stock,
@@ -51,7 +51,7 @@ const NO_OVERLAP: Violation = Violation::Named("rental_gpus_no_overlap");
 /// lowest spot bids when free GPUs are short.
 pub async fn book_offer(services: &Services, principal: &Principal, request: &BookOfferRequest) -> AppResult<Rental> {
     let window = validate(request, Utc::now())?;
-    let txn = begin_write(&services.db).await.context("starting booking")?;
+    let txn = services.begin_write().await.context("starting booking")?;
     let quote = quote(&txn, principal, request, &window).await?;
     let prepaid = if request.kind == RentalKind::Reserved { quote.upfront } else { 0 };
     crate::spending::check_booking(&txn, principal.user_id, prepaid, Utc::now()).await?;
@@ -87,8 +87,8 @@ pub async fn book_offer(services: &Services, principal: &Principal, request: &Bo
     stock_change.published(services);
     tracing::info!(rental.id = rental.id, host.id = host_id, kind = request.kind.as_str(), gpus = ?choice.gpus, "rental booked");
     services.wake_host(host_id);
-    let rental = rentals::Entity::find_by_id(rental.id).one(&services.db).await.context("loading rental")?;
-    dto(&services.db, rental.ok_or(AppError::Internal)?).await
+    // The row as inserted is the row committed: nothing later in the transaction changed it.
+    dto(&services.db, rental).await
 }
 
 /// The window a booking asks its GPUs for.
@@ -315,16 +315,20 @@ async fn choose(
     bid: Option<i64>,
 ) -> AppResult<Choice> {
     let blocking: HashSet<i64> = candidates.blockers.values().flatten().copied().collect();
-    let mut victims: Vec<rentals::Model> = rentals::Entity::find()
-        .filter(rentals::Column::Id.is_in(blocking))
-        .filter(rentals::Column::Kind.eq(RentalKind::Spot.as_str()))
-        .filter(rentals::Column::State.is_in(names(&STARTED_OR_WAITING)))
-        .all(txn)
-        .await
-        .context("loading spot rentals")?
-        .into_iter()
-        .filter(|r| bid.is_none_or(|mine| r.bid_micros.unwrap_or(0) < mine))
-        .collect();
+    let mut victims: Vec<rentals::Model> = if blocking.is_empty() {
+        Vec::new()
+    } else {
+        rentals::Entity::find()
+            .filter(rentals::Column::Id.is_in(blocking))
+            .filter(rentals::Column::Kind.eq(RentalKind::Spot.as_str()))
+            .filter(rentals::Column::State.is_in(names(&STARTED_OR_WAITING)))
+            .all(txn)
+            .await
+            .context("loading spot rentals")?
+            .into_iter()
+            .filter(|r| bid.is_none_or(|mine| r.bid_micros.unwrap_or(0) < mine))
+            .collect()
+    };
     victims.sort_by_key(|r| (r.bid_micros.unwrap_or(0), -r.id));
     let n = request.gpu_count as usize;
     let mut yielding = HashSet::new();

@@ -7,7 +7,7 @@ use super::{pricing::cost, state::owned_by};
 use crate::{
     AppError, AppResult, Services,
     auth::Principal,
-    db::{DbResultExt, begin_write},
+    db::DbResultExt,
     entities::{rentals, users},
     ledger::{self, Book},
     notify::{self, Notice},
@@ -219,7 +219,7 @@ pub async fn set_rental_limits(
     limits: RentalLimits,
 ) -> AppResult<Rental> {
     let limits = limits.checked()?;
-    let txn = begin_write(&services.db).await.context("starting limits change")?;
+    let txn = services.begin_write().await.context("starting limits change")?;
     let rental = owned_by(super::state::load_for_update(&txn, rental_id).await?, principal)?;
     if rental.kind == RentalKind::Reserved.as_str() {
         return Err(AppError::conflict(

@@ -10,7 +10,7 @@ use super::{
 use crate::{
     AppError, AppResult, Services,
     auth::Principal,
-    db::{DbResultExt, begin_write},
+    db::{DbResultExt, WriteTxn},
     entities::rentals,
     stock,
 };
@@ -43,7 +43,7 @@ pub(super) async fn after_change(
 /// and settles its bill.
 pub async fn transition(services: &Services, rental_id: i64, next: RentalState, reason: &str) -> AppResult<Rental> {
     let now = Utc::now();
-    let txn = begin_write(&services.db).await.context("starting rental transition")?;
+    let txn = services.begin_write().await.context("starting rental transition")?;
     let rental = load_for_update(&txn, rental_id).await?;
     let host_id = rental.host_id;
     let rental = after_change(services, &txn, apply(&txn, rental, next, reason, now).await?, now).await?;
@@ -91,7 +91,7 @@ async fn stop(
     allowed: impl FnOnce(rentals::Model) -> AppResult<rentals::Model>,
 ) -> AppResult<Rental> {
     let now = Utc::now();
-    let txn = begin_write(&services.db).await.context("starting stop")?;
+    let txn = services.begin_write().await.context("starting stop")?;
     let rental = allowed(load_for_update(&txn, rental_id).await?)?;
     let state = RentalState::parse(&rental.state).unwrap_or(RentalState::Failed);
     if state.is_terminal() || state == RentalState::Stopping {
@@ -141,7 +141,7 @@ pub async fn record_workload_status(
     status: &WorkloadStatus,
 ) -> AppResult<()> {
     let now = Utc::now();
-    let txn = begin_write(&services.db).await.context("starting workload report")?;
+    let txn = services.begin_write().await.context("starting workload report")?;
     let rental = match load_for_update(&txn, rental_id).await {
         Ok(rental) if rental.host_id == host_id => rental,
         _ => return Ok(()),
@@ -206,7 +206,7 @@ pub async fn record_workload_status(
 /// window elapses), its GPUs stay held for the renter until the window ends, and the renter is
 /// told so. Told again (the agent repeats itself after a reconnect), nothing changes.
 async fn keep_reservation(
-    txn: DatabaseTransaction,
+    txn: WriteTxn,
     rental: rentals::Model,
     status: &WorkloadStatus,
     now: DateTime<Utc>,
@@ -256,7 +256,7 @@ pub async fn reconcile_running(services: &Services, host_id: i64, running_on_age
         .filter(|id| !running_on_agent.contains(id))
         .collect();
     for &rental_id in &missing {
-        let txn = begin_write(&services.db).await.context("starting reconciliation")?;
+        let txn = services.begin_write().await.context("starting reconciliation")?;
         let rental = load_for_update(&txn, rental_id).await?;
         let mut stock_change = None;
         if rental.state == RentalState::Running.as_str() && rental.workload_exited_at.is_none() {

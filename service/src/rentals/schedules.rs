@@ -9,7 +9,7 @@ use super::{
 };
 use crate::{
     AppResult, Services,
-    db::{DbResultExt, begin_write},
+    db::DbResultExt,
     entities::{rental_gpus, rentals},
     stock,
 };
@@ -35,7 +35,7 @@ pub async fn run_schedules(services: &Services) -> AppResult<()> {
         .await
         .context("finding ended reservations")?;
     for rental in ending {
-        let txn = begin_write(&services.db).await.context("starting window end")?;
+        let txn = services.begin_write().await.context("starting window end")?;
         let rental = load_for_update(&txn, rental.id).await?;
         let window_end = rental.reserved_until;
         let host_id = rental.host_id;
@@ -72,7 +72,7 @@ pub async fn run_schedules(services: &Services) -> AppResult<()> {
         .context("finding spot rentals to preempt")?;
     for rental in spot {
         let stop_at = soon.iter().filter(|(id, _)| *id == rental.id).map(|(_, at)| *at).min().unwrap_or(now);
-        let txn = begin_write(&services.db).await.context("starting notice")?;
+        let txn = services.begin_write().await.context("starting notice")?;
         let host_id = rental.host_id;
         let rental = load_for_update(&txn, rental.id).await?;
         if live.contains(&rental.state.as_str()) {
@@ -124,7 +124,7 @@ pub async fn interrupt_host(
         .await
         .context("finding rentals of an offline host")?;
     for rental in affected {
-        let txn = begin_write(&services.db).await.context("starting interruption")?;
+        let txn = services.begin_write().await.context("starting interruption")?;
         let rental = load_for_update(&txn, rental.id).await?;
         if RentalState::parse(&rental.state).is_some_and(|s| s.can_become(RentalState::Interrupted)) {
             let until = last_heartbeat.unwrap_or(now).min(now);

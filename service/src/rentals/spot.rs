@@ -10,7 +10,7 @@ use super::{
 use crate::{
     AppError, AppResult, Services,
     auth::Principal,
-    db::{DbResultExt, begin_write},
+    db::DbResultExt,
     entities::{gpus, host_prices, rental_gpus, rentals, spot_prices},
     ledger::{self, Book},
     notify::Notice,
@@ -76,31 +76,14 @@ pub(super) async fn reprice_spot(
     else {
         return Ok(());
     };
-    let gpus = gpus::Entity::find()
-        .filter(gpus::Column::HostId.eq(host_id))
-        .filter(gpus::Column::Model.eq(model))
-        .filter(gpus::Column::State.eq("available"))
-        .all(txn)
-        .await
-        .context("loading gpus")?;
-    let held: HashSet<i64> = rental_gpus::Entity::find()
-        .filter(rental_gpus::Column::GpuId.is_in(gpus.iter().map(|g| g.id)))
-        .filter(rental_gpus::Column::Active.eq(true))
-        .filter(rental_gpus::Column::StartsAt.lte(now))
-        .filter(rental_gpus::Column::EndsAt.gt(now))
-        .all(txn)
-        .await
-        .context("loading holds")?
-        .into_iter()
-        .map(|h| h.gpu_id)
-        .collect();
-    let free = gpus.iter().filter(|g| !held.contains(&g.id)).count();
     let live = lock_spot_rentals(txn, host_id, model).await?;
     let bids: Vec<i64> = live
         .iter()
         .filter(|r| r.state != RentalState::Preempting.as_str())
         .map(|r| r.bid_micros.unwrap_or(0))
         .collect();
+    // Without bids the price is the minimum however many GPUs are free: only bids need the count.
+    let free = if bids.is_empty() { 0 } else { free_now(txn, host_id, model, now).await? };
     let price = clearing_price(prices.spot_min_bid_micros, free, &bids);
     let last = spot_prices::Entity::find()
         .filter(spot_prices::Column::HostId.eq(host_id))
@@ -154,6 +137,29 @@ pub(super) fn check_bid(prices: &host_prices::Model, bid_micros: i64) -> AppResu
     Ok(())
 }
 
+/// How many of the host's GPUs of the model no rental holds at `now`.
+async fn free_now(txn: &DatabaseTransaction, host_id: i64, model: &str, now: DateTime<Utc>) -> AppResult<usize> {
+    let gpus = gpus::Entity::find()
+        .filter(gpus::Column::HostId.eq(host_id))
+        .filter(gpus::Column::Model.eq(model))
+        .filter(gpus::Column::State.eq("available"))
+        .all(txn)
+        .await
+        .context("loading gpus")?;
+    let held: HashSet<i64> = rental_gpus::Entity::find()
+        .filter(rental_gpus::Column::GpuId.is_in(gpus.iter().map(|g| g.id)))
+        .filter(rental_gpus::Column::Active.eq(true))
+        .filter(rental_gpus::Column::StartsAt.lte(now))
+        .filter(rental_gpus::Column::EndsAt.gt(now))
+        .all(txn)
+        .await
+        .context("loading holds")?
+        .into_iter()
+        .map(|h| h.gpu_id)
+        .collect();
+    Ok(gpus.iter().filter(|g| !held.contains(&g.id)).count())
+}
+
 /// The live spot rentals of a host's GPUs of `model`, locked (PostgreSQL) in id order and read
 /// after the locks are taken. Repricing settles them, so it must see what the billing worker
 /// last committed (a stale row would bill an interval twice), and everything that reprices
@@ -189,7 +195,7 @@ pub async fn change_bid(
     bid_micros: i64,
 ) -> AppResult<Rental> {
     let now = Utc::now();
-    let txn = begin_write(&services.db).await.context("starting bid change")?;
+    let txn = services.begin_write().await.context("starting bid change")?;
     let peek = owned_by(
         rentals::Entity::find_by_id(rental_id)
             .one(&txn)

@@ -15,8 +15,8 @@ use crate::{
 use cardpool_domain::{notifications::EventKind, rentals::RentalState};
 use chrono::{DateTime, TimeZone, Utc};
 use sea_orm::{
-    ActiveModelTrait, ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait, DatabaseTransaction, DbBackend,
-    EntityTrait, IntoActiveModel, QueryFilter, QuerySelect, sea_query::Expr,
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, EntityTrait,
+    IntoActiveModel, QueryFilter, QuerySelect, sea_query::Expr,
 };
 
 /// The end of an open-ended hold.
@@ -86,25 +86,19 @@ pub(super) async fn apply(
     if next.is_terminal() {
         update.ends_at = Set(Some(now));
         // Holds that began end now; holds still in the future (a cancelled reservation, a
-        // booking waiting on a preemption) collapse to nothing.
-        // Holds that already ended (a reservation past its window) keep their end.
-        let started =
-            Condition::all().add(rental_gpus::Column::StartsAt.lte(now)).add(rental_gpus::Column::EndsAt.gt(now));
-        for (column_filter, ends) in [
-            (started, Expr::value(now)),
-            (Condition::all().add(rental_gpus::Column::StartsAt.gt(now)), Expr::col(rental_gpus::Column::StartsAt)),
-            (Condition::all().add(rental_gpus::Column::EndsAt.lte(now)), Expr::col(rental_gpus::Column::EndsAt)),
-        ] {
-            rental_gpus::Entity::update_many()
-                .col_expr(rental_gpus::Column::Active, Expr::value(false))
-                .col_expr(rental_gpus::Column::EndsAt, ends)
-                .filter(rental_gpus::Column::RentalId.eq(id))
-                .filter(rental_gpus::Column::Active.eq(true))
-                .filter(column_filter)
-                .exec(txn)
-                .await
-                .context("releasing gpus")?;
-        }
+        // booking waiting on a preemption) collapse to nothing; holds that already ended (a
+        // reservation past its window) keep their end.
+        let ends = Expr::case(rental_gpus::Column::StartsAt.gt(now), Expr::col(rental_gpus::Column::StartsAt))
+            .case(rental_gpus::Column::EndsAt.lte(now), Expr::col(rental_gpus::Column::EndsAt))
+            .finally(Expr::value(now));
+        rental_gpus::Entity::update_many()
+            .col_expr(rental_gpus::Column::Active, Expr::value(false))
+            .col_expr(rental_gpus::Column::EndsAt, ends.into())
+            .filter(rental_gpus::Column::RentalId.eq(id))
+            .filter(rental_gpus::Column::Active.eq(true))
+            .exec(txn)
+            .await
+            .context("releasing gpus")?;
     }
     let rental = update.update(txn).await.context("updating rental")?;
     record(txn, id, next, reason, now).await?;

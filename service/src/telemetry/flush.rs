@@ -12,7 +12,7 @@ use super::ingest::Rollup;
 use crate::{
     AppResult, Services,
     alerts::LiveRental,
-    db::{DbResultExt, Sql, begin_write},
+    db::{DbResultExt, Sql},
 };
 use cardpool_domain::rentals::RentalState;
 use chrono::{DateTime, TimeZone, Utc};
@@ -144,7 +144,7 @@ async fn write(services: &Services, batch: &Batch) -> AppResult<HashSet<i64>> {
     let now = Utc::now();
     let mut hosts: Vec<i64> = batch.moves.keys().copied().collect();
     hosts.sort_unstable();
-    let txn = begin_write(&services.db).await.context("starting telemetry ingest")?;
+    let txn = services.begin_write().await.context("starting telemetry ingest")?;
     let cursors = lock_cursors(&txn, &hosts).await?;
     let refused: HashSet<i64> =
         batch.moves.iter().filter(|(host, m)| cursors.get(host).copied() != m.base).map(|(host, _)| *host).collect();

@@ -6,7 +6,6 @@
 use cardpool_domain::account::SignUpRequest;
 use cardpool_service::{
     AppError, Services, Settings, backend_tests,
-    db::begin_write,
     ledger::{self, Book, Entry, split_fee},
     testing::{self, Backend},
 };
@@ -165,7 +164,7 @@ async fn run_case(services: &Services, ops: &[Op], renters: &[i64], providers: &
             Op::Replay { .. } => continue,
             op => (format!("case{case}:op{i}"), legs(op, renters, providers)),
         };
-        let txn = begin_write(&services.db).await.unwrap();
+        let txn = services.begin_write().await.unwrap();
         let mut entry = Entry::new("test", reference.clone(), format!("{op:?}"));
         entry.legs = legs.clone();
         match ledger::post(&txn, entry).await {
@@ -192,7 +191,7 @@ async fn run_case(services: &Services, ops: &[Op], renters: &[i64], providers: &
 
 async fn unbalanced_entries_are_refused(backend: Backend) {
     let (_db, services) = testing::services(backend, Settings::default()).await;
-    let txn = begin_write(&services.db).await.unwrap();
+    let txn = services.begin_write().await.unwrap();
     let entry = Entry::new("test", "bad", "unbalanced").leg(Book::StripeClearing, -5).leg(Book::PlatformFees, 4);
     assert_eq!(ledger::post(&txn, entry).await, Err(AppError::Internal));
     let empty = Entry::new("test", "empty", "nothing");
@@ -209,7 +208,7 @@ async fn concurrent_charges_never_overdraw(backend: Backend) {
     )
     .await
     .unwrap();
-    let txn = begin_write(&services.db).await.unwrap();
+    let txn = services.begin_write().await.unwrap();
     ledger::post(
         &txn,
         Entry::new("credit", "seed", "seed").transfer(Book::PromotionalCredit, Book::Wallet(me.id), 10_000_000),
@@ -222,7 +221,7 @@ async fn concurrent_charges_never_overdraw(backend: Backend) {
         .map(|i| {
             let services = services.clone();
             tokio::spawn(async move {
-                let txn = begin_write(&services.db).await.unwrap();
+                let txn = services.begin_write().await.unwrap();
                 match ledger::charge_usage(&txn, me.id, me.id, 1_000_000, FEE_BPS, format!("c{i}"), "charge".into())
                     .await
                 {
@@ -241,12 +240,12 @@ async fn concurrent_charges_never_overdraw(backend: Backend) {
     assert_eq!(ledger::balance(&services.db, Book::Wallet(me.id)).await.unwrap(), 0);
 
     // The edge: exactly the balance is fine, one micro-dollar more is not.
-    let txn = begin_write(&services.db).await.unwrap();
+    let txn = services.begin_write().await.unwrap();
     ledger::post(&txn, Entry::new("credit", "seed2", "seed").transfer(Book::PromotionalCredit, Book::Wallet(me.id), 5))
         .await
         .unwrap();
     txn.commit().await.unwrap();
-    let txn = begin_write(&services.db).await.unwrap();
+    let txn = services.begin_write().await.unwrap();
     let short = ledger::charge_usage(&txn, me.id, me.id, 6, FEE_BPS, "over".into(), "charge".into()).await;
     assert_eq!(
         short,
@@ -255,7 +254,7 @@ async fn concurrent_charges_never_overdraw(backend: Backend) {
         ))
     );
     drop(txn);
-    let txn = begin_write(&services.db).await.unwrap();
+    let txn = services.begin_write().await.unwrap();
     ledger::charge_usage(&txn, me.id, me.id, 5, FEE_BPS, "exact".into(), "charge".into()).await.unwrap();
     txn.commit().await.unwrap();
     assert!(ledger::verify(&services.db).await.unwrap().is_sound());
@@ -267,7 +266,7 @@ async fn histories_page_at_any_depth_and_the_audit_finds_what_is_wrong(backend: 
     let (_db, services) = testing::services(backend, Settings::default()).await;
     let renter = Book::Wallet(testing::renter(&services, "pages@example.com").await.user_id);
     let old = chrono::Utc::now() - chrono::Duration::days(2);
-    let txn = begin_write(&services.db).await.unwrap();
+    let txn = services.begin_write().await.unwrap();
     for i in 0..250i64 {
         let mut entry = Entry::new("test", format!("t{i}"), format!("entry {i}"));
         entry = if i % 5 == 4 {
