@@ -65,7 +65,8 @@ enum Command {
 
 #[derive(Args)]
 struct SourceArgs {
-    /// Simulate GPUs instead of using NVML, e.g. `8xH100-80GB` or `4xH100-80GB,2xL40S-48GB`.
+    /// Simulate GPUs instead of using NVML, e.g. `8xH100-80GB` or `4xH100-80GB,2xL40S-48GB`;
+    /// a MIG layout follows a group: `8xH100-80GB:mig=3g.40gb*2` or `2xA100-40GB:mig=1g.5gb*7`.
     #[arg(long, env = "CARDPOOL_SIMULATE")]
     simulate: Option<String>,
     /// Scripted fault on a simulated GPU (repeatable): xid:GPU:CODE, ecc:GPU, overheat:GPU,
@@ -162,6 +163,9 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
                         g.cuda_version,
                         g.nvlink_peers.len()
                     );
+                    for m in &g.mig_instances {
+                        println!("      MIG {} {} GiB  {}", m.profile, m.memory_bytes >> 30, m.uuid);
+                    }
                 }
             }
             Ok(ExitCode::SUCCESS)

@@ -106,6 +106,12 @@ pub struct GpuView {
     pub driver_version: String,
     pub cuda_version: String,
     pub nvlink_peers: Vec<String>,
+    /// `None` where the GPU has no MIG.
+    #[serde(default)]
+    pub mig_enabled: Option<bool>,
+    /// The MIG instances the agent reports on this GPU (not yet sold as slices).
+    #[serde(default)]
+    pub mig_instances: Vec<cardpool_protocol::MigInstance>,
     /// `available` or `missing`.
     pub state: String,
 }

@@ -25,6 +25,7 @@ mod m20261202_000015_replicas;
 mod m20261203_000016_admin_console;
 mod m20261203_000017_limits_and_notifications;
 mod m20261204_000018_admin_rentals;
+mod m20261205_000019_gpu_mig;
 
 pub struct Migrator;
 
@@ -50,6 +51,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261203_000016_admin_console::Migration),
             Box::new(m20261203_000017_limits_and_notifications::Migration),
             Box::new(m20261204_000018_admin_rentals::Migration),
+            Box::new(m20261205_000019_gpu_mig::Migration),
         ]
     }
 }

@@ -12,7 +12,7 @@ pub mod tunnel;
 pub use tunnel::{ChannelTarget, Terminal};
 
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion { major: 1, minor: 4 };
+pub const PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion { major: 1, minor: 5 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProtocolVersion {
@@ -70,6 +70,36 @@ pub struct GpuInfo {
     pub mig_enabled: Option<bool>,
     /// UUIDs of GPUs this one reaches over an active NVLink.
     pub nvlink_peers: Vec<String>,
+    /// The MIG instances carved out of this GPU now (empty unless MIG is enabled and a layout
+    /// exists). Added in 1.5.
+    #[serde(default)]
+    pub mig_instances: Vec<MigInstance>,
+}
+
+/// One MIG device: a GPU instance with one compute instance, which CUDA sees as a GPU of its
+/// own. This is what a slice rental hands to the workload.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigInstance {
+    /// `MIG-…`, the name `CUDA_VISIBLE_DEVICES` takes for it.
+    pub uuid: String,
+    /// NVIDIA's profile name, e.g. `1g.10gb`, `3g.40gb`, `7g.80gb`.
+    pub profile: String,
+    /// Compute slices out of the GPU's seven (the `3` of `3g.40gb`).
+    pub compute_slices: u32,
+    pub memory_bytes: u64,
+    /// The GPU instance id and compute instance id, which name its `/dev/nvidia-caps` nodes;
+    /// `None` where the driver does not say.
+    pub gpu_instance_id: Option<u32>,
+    pub compute_instance_id: Option<u32>,
+}
+
+impl MigInstance {
+    /// The memory size a profile name promises, in GB (`3g.40gb` → 40).
+    pub fn profile_memory_gb(profile: &str) -> Option<u64> {
+        let (_, memory) = profile.split_once('.')?;
+        memory.strip_suffix("gb")?.parse().ok()
+    }
 }
 
 /// Everything the agent reports as its inventory.
@@ -99,7 +129,7 @@ mod tests {
     fn same_major_is_accepted_other_majors_refused_with_a_reason() {
         assert!(PROTOCOL_VERSION.check_peer(ProtocolVersion { major: 1, minor: 7 }).is_ok());
         let err = PROTOCOL_VERSION.check_peer(ProtocolVersion { major: 2, minor: 0 }).unwrap_err();
-        assert!(err.contains("2.0") && err.contains("1.4"), "{err}");
+        assert!(err.contains("2.0") && err.contains("1.5"), "{err}");
     }
 
     #[test]
@@ -120,6 +150,16 @@ mod tests {
         };
         let json = serde_json::to_string(&inventory).unwrap();
         assert_eq!(serde_json::from_str::<Inventory>(&json).unwrap(), inventory);
+    }
+
+    #[test]
+    fn a_gpu_from_an_older_agent_has_no_mig_instances() {
+        let gpu = r#"{"index":0,"uuid":"GPU-1","name":"NVIDIA H100","pci_bus_id":"0:18","memory_total_bytes":1,
+            "driver_version":"550","cuda_version":"12.4","power_limit_milliwatts":null,"mig_enabled":false,"nvlink_peers":[]}"#;
+        let gpu: GpuInfo = serde_json::from_str(gpu).unwrap();
+        assert!(gpu.mig_instances.is_empty());
+        assert_eq!(MigInstance::profile_memory_gb("3g.40gb"), Some(40));
+        assert_eq!(MigInstance::profile_memory_gb("whole"), None);
     }
 }
 

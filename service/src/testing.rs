@@ -272,6 +272,7 @@ async fn enroll_listed(
                 cuda_version: "12.4".into(),
                 power_limit_milliwatts: None,
                 mig_enabled: None,
+                mig_instances: vec![],
                 nvlink_peers: (0..gpus)
                     .filter(|j| *j != i && island(*j) == island(i))
                     .map(|j| uuids[j].clone())

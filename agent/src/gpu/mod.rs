@@ -1,6 +1,7 @@
 //! Where the agent learns about GPUs: a [`GpuSource`], either NVML (real hardware, through
 //! `nvml-wrapper`) or [`simulated::SimulatedSource`] (demo and tests, with scripted faults).
 
+pub mod mig;
 pub mod nvml;
 pub mod simulated;
 

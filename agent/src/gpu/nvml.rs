@@ -5,7 +5,7 @@
 
 use super::{GpuHealth, GpuSource, SourceError};
 use crate::supervisor::GpuUse;
-use cardpool_protocol::{GpuInfo, GpuProcess, GpuSample, THROTTLE_REASONS};
+use cardpool_protocol::{GpuInfo, GpuProcess, GpuSample, MigInstance, THROTTLE_REASONS};
 use nvml_wrapper::{
     Device, Nvml,
     bitmasks::{device::ThrottleReasons, event::EventTypes},
@@ -135,6 +135,7 @@ impl GpuSource for NvmlSource {
                     power_limit_milliwatts: device.power_management_limit().ok(),
                     mig_enabled: device.mig_mode().ok().map(|m| m.current == 1),
                     nvlink_peers,
+                    mig_instances: mig_instances(device),
                 })
             })
             .collect()
@@ -169,6 +170,47 @@ impl GpuSource for NvmlSource {
             })
             .collect())
     }
+}
+
+/// The MIG devices now carved out of `device`: empty when MIG is off or unsupported. Read
+/// only; the layout is the provider's (`nvidia-smi mig`). The GPU and compute instance ids
+/// are left `None`: nvml-wrapper 0.13 has no safe call for them.
+fn mig_instances(device: &Device<'_>) -> Vec<MigInstance> {
+    if !device.mig_mode().is_ok_and(|mode| mode.current == 1) {
+        return vec![];
+    }
+    // The count is the most the GPU can hold; an index without an instance answers NotFound.
+    let slots = device.mig_device_count().unwrap_or(0);
+    (0..slots)
+        .filter_map(|slot| {
+            let mig = device.mig_device_by_index(slot).ok()?;
+            let attributes = mig.attributes().ok();
+            let memory_bytes = mig
+                .memory_info()
+                .map(|m| m.total)
+                .ok()
+                .or(attributes.as_ref().map(|a| a.memory_size_mb << 20))
+                .unwrap_or(0);
+            let compute_slices = attributes.as_ref().map_or(0, |a| a.gpu_instance_slice_count);
+            Some(MigInstance {
+                uuid: mig.uuid().ok()?,
+                profile: mig_profile(mig.name().ok().as_deref(), compute_slices, memory_bytes),
+                compute_slices,
+                memory_bytes,
+                gpu_instance_id: None,
+                compute_instance_id: None,
+            })
+        })
+        .collect()
+}
+
+/// The profile of a MIG device: the last word of its name ("NVIDIA H100 80GB HBM3 MIG
+/// 3g.40gb"), else made from its slices and memory as NVIDIA names them.
+fn mig_profile(name: Option<&str>, compute_slices: u32, memory_bytes: u64) -> String {
+    name.and_then(|n| n.rsplit(' ').next())
+        .filter(|word| MigInstance::profile_memory_gb(word).is_some())
+        .map(str::to_owned)
+        .unwrap_or_else(|| format!("{compute_slices}g.{}gb", memory_bytes.div_ceil(1 << 30)))
 }
 
 /// Waits on NVML's XID event set for as long as the agent runs.
@@ -300,5 +342,12 @@ mod tests {
                 assert!(err.0.contains("--simulate"), "{err}");
             }
         }
+    }
+
+    #[test]
+    fn a_mig_profile_comes_from_the_device_name_or_its_slices() {
+        assert_eq!(mig_profile(Some("NVIDIA H100 80GB HBM3 MIG 3g.40gb"), 3, 40_192 << 20), "3g.40gb");
+        assert_eq!(mig_profile(Some("NVIDIA H100 MIG"), 1, 9_856 << 20), "1g.10gb");
+        assert_eq!(mig_profile(None, 7, 80 << 30), "7g.80gb");
     }
 }

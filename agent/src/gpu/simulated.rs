@@ -1,8 +1,9 @@
 //! Simulated GPUs for demos and tests, described like `8xH100-80GB` or
-//! `4xH100-80GB,2xL40S-48GB`, with scripted faults (`xid:0:79`, `ecc:1`, `overheat:2`,
+//! `4xH100-80GB,2xL40S-48GB` (a MIG layout after a group: `8xH100-80GB:mig=3g.40gb*2`, see
+//! [`super::mig`]), with scripted faults (`xid:0:79`, `ecc:1`, `overheat:2`,
 //! `throttle:3`, `offbus:4`) so every failure path can be exercised without hardware.
 
-use super::{GpuHealth, GpuSource, SourceError};
+use super::{GpuHealth, GpuSource, SourceError, mig};
 use crate::supervisor::GpuUse;
 use cardpool_protocol::{GpuInfo, GpuProcess, GpuSample};
 use sha2::{Digest, Sha256};
@@ -86,32 +87,47 @@ impl SimulatedSource {
     pub fn new(spec: &str, seed: &str, faults: Vec<Fault>) -> Result<Self, String> {
         let mut gpus = Vec::new();
         for group in spec.split(',').map(str::trim).filter(|g| !g.is_empty()) {
-            let (count, model) = group.split_once(['x', 'X']).ok_or_else(|| bad_spec(group))?;
+            let (group_spec, layout) = match group.split_once(':') {
+                Some((head, options)) => {
+                    let layout = options.strip_prefix("mig=").ok_or_else(|| {
+                        format!("{group:?}: after ':' comes a MIG layout, e.g. 8xH100-80GB:mig=3g.40gb*2")
+                    })?;
+                    (head, Some(layout))
+                }
+                None => (group, None),
+            };
+            let (count, model) = group_spec.split_once(['x', 'X']).ok_or_else(|| bad_spec(group))?;
             let count: u32 = count.parse().map_err(|_| bad_spec(group))?;
             if count == 0 || count > 16 {
                 return Err(format!("{group:?}: a host has 1 to 16 GPUs of a model"));
             }
-            let &(_, name, power_w, mig, nvlink) = CATALOG
+            let &(_, name, power_w, has_mig, nvlink) = CATALOG
                 .iter()
                 .find(|(key, ..)| key.eq_ignore_ascii_case(model))
                 .ok_or_else(|| format!("unknown GPU model {model:?}; known: {}", known_models()))?;
+            let slots = layout.map(|layout| mig::parse_layout(model, layout)).transpose()?;
             let memory_gib: u64 =
                 model.rsplit_once('-').and_then(|(_, m)| m.trim_end_matches("GB").parse().ok()).unwrap_or(0);
             let first = gpus.len() as u32;
             let uuids: Vec<String> = (first..first + count).map(|i| uuid_for(seed, i)).collect();
             for (offset, uuid) in uuids.iter().enumerate() {
                 let index = first + offset as u32;
+                let memory_total_bytes = memory_gib * 1024 * 1024 * 1024;
                 gpus.push(GpuInfo {
                     index,
                     uuid: uuid.clone(),
                     name: name.to_owned(),
                     pci_bus_id: format!("00000000:{:02X}:00.0", 0x18 + index * 8),
-                    memory_total_bytes: memory_gib * 1024 * 1024 * 1024,
+                    memory_total_bytes,
                     driver_version: DRIVER_VERSION.to_owned(),
                     cuda_version: CUDA_VERSION.to_owned(),
                     power_limit_milliwatts: Some(power_w * 1000),
-                    mig_enabled: mig.then_some(false),
+                    mig_enabled: has_mig.then_some(slots.is_some()),
                     nvlink_peers: if nvlink { uuids.iter().filter(|u| *u != uuid).cloned().collect() } else { vec![] },
+                    mig_instances: slots
+                        .as_deref()
+                        .map(|slots| mig::instances(uuid, memory_total_bytes, slots))
+                        .unwrap_or_default(),
                 });
             }
         }
@@ -329,6 +345,23 @@ mod tests {
         let grown = second[4].energy_millijoules.unwrap();
         assert!(grown >= u64::from(first[4].power_milliwatts.unwrap()) / 100, "{grown} mJ");
         assert_eq!(second[3].energy_millijoules, None, "off the bus reads nothing");
+    }
+
+    #[test]
+    fn a_mig_layout_gives_each_gpu_of_its_group_those_instances() {
+        let source = SimulatedSource::new("2xH100-80GB:mig=3g.40gb*2,1xH100-80GB", "h", vec![]).unwrap();
+        let gpus = source.gpus().unwrap();
+        assert_eq!(gpus.len(), 3);
+        for gpu in &gpus[..2] {
+            assert_eq!(gpu.mig_enabled, Some(true));
+            let profiles: Vec<&str> = gpu.mig_instances.iter().map(|i| i.profile.as_str()).collect();
+            assert_eq!(profiles, ["3g.40gb", "3g.40gb"]);
+        }
+        assert_ne!(gpus[0].mig_instances[0].uuid, gpus[1].mig_instances[0].uuid);
+        assert_eq!((gpus[2].mig_enabled, gpus[2].mig_instances.len()), (Some(false), 0));
+        assert!(SimulatedSource::new("2xH100-80GB:mig=3g.40gb*3", "h", vec![]).unwrap_err().contains("memory eighths"));
+        assert!(SimulatedSource::new("2xL40S-48GB:mig=1g.10gb", "h", vec![]).unwrap_err().contains("has no MIG"));
+        assert!(SimulatedSource::new("2xH100-80GB:fast", "h", vec![]).unwrap_err().contains("MIG layout"));
     }
 
     proptest! {

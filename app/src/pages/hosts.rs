@@ -222,7 +222,22 @@ fn HostDetailView(
                                     <p class="mt-2 text-xs">
                                         <span class=if gpu.state == "available" { "badge bg-emerald-50 text-emerald-700 ring-emerald-200" } else { "badge bg-amber-50 text-amber-800 ring-amber-200" }>{gpu.state.clone()}</span>
                                         {(!gpu.nvlink_peers.is_empty()).then(|| view! { <span class="badge ml-1 bg-indigo-50 text-indigo-700 ring-indigo-200">{format!("NVLink ×{}", gpu.nvlink_peers.len())}</span> })}
+                                        {(gpu.mig_enabled == Some(true)).then(|| view! { <span class="badge ml-1 bg-violet-50 text-violet-700 ring-violet-200">"MIG on"</span> })}
                                     </p>
+                                    {(!gpu.mig_instances.is_empty()).then(|| {
+                                        let instances = gpu.mig_instances.clone();
+                                        view! {
+                                            <ul class="mt-2 space-y-1 text-xs text-slate-600" aria-label="MIG instances" data-testid="mig-instances">
+                                                {instances.into_iter().map(|m| view! {
+                                                    <li class="flex items-baseline gap-2">
+                                                        <span class="font-medium text-slate-800">{m.profile}</span>
+                                                        <span>{format!("{} GiB", m.memory_bytes >> 30)}</span>
+                                                        <span class="truncate font-mono text-slate-400" title=m.uuid.clone()>{m.uuid.clone()}</span>
+                                                    </li>
+                                                }).collect_view()}
+                                            </ul>
+                                        }
+                                    })}
                                 </div>
                             }).collect_view()}
                         </div>

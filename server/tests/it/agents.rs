@@ -82,7 +82,7 @@ async fn enroll_run_inventory_offline_and_reconnect(backend: Backend) {
     let replay = enrollment::enroll(&app.base, &token, "impostor").await.unwrap_err();
     assert!(replay.contains("already used"), "{replay}");
 
-    let agent = spawn_agent(state.clone(), "2xH100-80GB");
+    let agent = spawn_agent(state.clone(), "2xH100-80GB:mig=3g.40gb*2");
     let detail = wait_for(&app, &client, state.host_id, Duration::from_secs(10), "coming online with inventory", |h| {
         h["host"]["status"] == "online" && h["host"]["gpu_count"] == 2 && h["self_test"].is_object()
     })
@@ -93,6 +93,12 @@ async fn enroll_run_inventory_offline_and_reconnect(backend: Backend) {
     assert_eq!(detail["host"]["location"], "Lab 1");
     assert_eq!(detail["gpus"][0]["model"], "NVIDIA H100 80GB HBM3");
     assert_eq!(detail["gpus"][0]["nvlink_peers"].as_array().unwrap().len(), 1);
+    assert_eq!(detail["gpus"][1]["mig_enabled"], true);
+    let slices = detail["gpus"][1]["mig_instances"].as_array().unwrap();
+    assert_eq!(slices.len(), 2, "{slices:?}");
+    assert_eq!(slices[0]["profile"], "3g.40gb");
+    assert_eq!(slices[0]["memory_bytes"], 40u64 << 30);
+    assert!(slices[0]["uuid"].as_str().unwrap().starts_with("MIG-"));
     let listed: Value = app.get_json(&client, "/api/v1/hosts").await;
     assert_eq!(listed[0]["agent_version"], env!("CARGO_PKG_VERSION"));
 

@@ -17,6 +17,10 @@ pub struct Model {
     pub cuda_version_num: i32,
     /// JSON array of peer GPU UUIDs.
     pub nvlink_peers: String,
+    /// `None` where the GPU has no MIG.
+    pub mig_enabled: Option<bool>,
+    /// JSON array of [`cardpool_protocol::MigInstance`], the instances the agent reported.
+    pub mig_instances: String,
     /// `available` or `missing` (no longer in the host's inventory).
     pub state: String,
     pub updated_at: DateTimeUtc,

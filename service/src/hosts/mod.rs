@@ -250,6 +250,14 @@ pub async fn record_inventory(services: &Services, host: &hosts::Model, inventor
     if inventory.gpus.len() > 64 {
         return Err(AppError::invalid_field("gpus", "a host reports at most 64 GPUs"));
     }
+    for gpu in &inventory.gpus {
+        if gpu.mig_instances.len() > 7 {
+            return Err(AppError::invalid_field("mig_instances", "a GPU holds at most 7 MIG instances"));
+        }
+        if gpu.mig_instances.iter().any(|m| m.uuid.len() > 64 || m.profile.len() > 32) {
+            return Err(AppError::invalid_field("mig_instances", "a MIG uuid is at most 64 bytes, a profile 32"));
+        }
+    }
     let now = Utc::now();
     let txn = services.begin_write().await.context("starting inventory update")?;
     let facts = serde_json::to_string(&inventory.host).map_err(|_| AppError::Internal)?;
@@ -273,6 +281,7 @@ pub async fn record_inventory(services: &Services, host: &hosts::Model, inventor
         .collect();
     for gpu in &inventory.gpus {
         let peers = serde_json::to_string(&gpu.nvlink_peers).map_err(|_| AppError::Internal)?;
+        let mig_instances = serde_json::to_string(&gpu.mig_instances).map_err(|_| AppError::Internal)?;
         let mut row = match existing.get(&gpu.uuid) {
             Some(known) => known.clone().into_active_model(),
             None => gpus::ActiveModel { host_id: Set(host.id), uuid: Set(gpu.uuid.clone()), ..Default::default() },
@@ -285,6 +294,8 @@ pub async fn record_inventory(services: &Services, host: &hosts::Model, inventor
         row.cuda_version = Set(gpu.cuda_version.clone());
         row.cuda_version_num = Set(cardpool_domain::offers::cuda_version_number(&gpu.cuda_version).unwrap_or(0));
         row.nvlink_peers = Set(peers);
+        row.mig_enabled = Set(gpu.mig_enabled);
+        row.mig_instances = Set(mig_instances);
         row.state = Set("available".into());
         row.updated_at = Set(now);
         row.save(&txn).await.context("saving gpu")?;
@@ -392,6 +403,8 @@ pub async fn get_host(services: &Services, principal: &Principal, host_id: i64) 
                 driver_version: g.driver_version.clone(),
                 cuda_version: g.cuda_version.clone(),
                 nvlink_peers: serde_json::from_str(&g.nvlink_peers).unwrap_or_default(),
+                mig_enabled: g.mig_enabled,
+                mig_instances: serde_json::from_str(&g.mig_instances).unwrap_or_default(),
                 state: g.state.clone(),
             })
             .collect(),

@@ -1,7 +1,7 @@
 //! Host enrollment, credentials, inventory and liveness at the service level, on both backends.
 
 use cardpool_domain::{AppError, host::HostStatus};
-use cardpool_protocol::{GpuInfo, HostFacts, Inventory, PROTOCOL_VERSION, ProtocolVersion};
+use cardpool_protocol::{GpuInfo, HostFacts, Inventory, MigInstance, PROTOCOL_VERSION, ProtocolVersion};
 use cardpool_service::{
     Services, Settings, accounts,
     auth::{Credential, Principal},
@@ -39,6 +39,7 @@ fn inventory(uuids: &[&str]) -> Inventory {
                 cuda_version: "12.4".into(),
                 power_limit_milliwatts: Some(700_000),
                 mig_enabled: Some(false),
+                mig_instances: vec![],
                 nvlink_peers: vec![],
             })
             .collect(),
@@ -112,6 +113,27 @@ async fn inventory_upserts_gpus_by_uuid(backend: Backend) {
     let detail = hosts::get_host(&services, &provider, host.id).await.unwrap();
     assert_eq!(detail.gpus.iter().map(|g| g.state.as_str()).collect::<Vec<_>>(), vec!["available", "missing"]);
     assert_eq!(detail.host.gpu_count, 1);
+
+    let mut mig = inventory(&["GPU-a"]);
+    let slice = |n: u32| MigInstance {
+        uuid: format!("MIG-{n}"),
+        profile: "3g.40gb".into(),
+        compute_slices: 3,
+        memory_bytes: 40 << 30,
+        gpu_instance_id: Some(n),
+        compute_instance_id: Some(0),
+    };
+    mig.gpus[0].mig_enabled = Some(true);
+    mig.gpus[0].mig_instances = vec![slice(1), slice(2)];
+    hosts::record_inventory(&services, &host, &mig).await.unwrap();
+    let detail = hosts::get_host(&services, &provider, host.id).await.unwrap();
+    assert_eq!(detail.gpus[0].mig_enabled, Some(true));
+    assert_eq!(detail.gpus[0].mig_instances, mig.gpus[0].mig_instances, "MIG instances are kept as reported");
+    mig.gpus[0].mig_instances = (1..=8).map(slice).collect();
+    let refused = hosts::record_inventory(&services, &host, &mig).await.unwrap_err();
+    assert!(refused.field("mig_instances").unwrap().contains("at most 7"));
+    let detail = hosts::get_host(&services, &provider, host.id).await.unwrap();
+    assert_eq!(detail.gpus[0].mig_instances.len(), 2, "a refused report changes nothing");
 
     let future = Inventory { protocol: ProtocolVersion { major: 2, minor: 0 }, ..inventory(&[]) };
     let refused = hosts::record_inventory(&services, &host, &future).await.unwrap_err();

@@ -71,6 +71,7 @@ async fn host(services: &Services, provider: &Principal, spec: Spec) -> i64 {
                 cuda_version: spec.cuda.into(),
                 power_limit_milliwatts: None,
                 mig_enabled: None,
+                mig_instances: vec![],
                 nvlink_peers: if spec.nvlink { uuids.iter().filter(|u| *u != uuid).cloned().collect() } else { vec![] },
             })
             .collect(),
