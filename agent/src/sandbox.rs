@@ -426,6 +426,21 @@ impl SandboxRuntime {
     }
 }
 
+/// A MIG slice is reachable through `/dev/nvidia-caps` nodes of its GPU and compute instance;
+/// the sandbox binds the whole caps directory (what a whole GPU needs), through which a slice's
+/// workload could open every other slice of its GPU by changing `CUDA_VISIBLE_DEVICES`. Until
+/// the agent reads each instance's GI/CI ids and binds only its caps, a slice is refused here
+/// rather than run unisolated (the container runtime, whose NVIDIA toolkit binds the slice's
+/// caps alone, runs slices).
+fn refuse_mig_slices(spec: &AttachSpec) -> Result<(), String> {
+    if spec.gpu_uuids.iter().any(|u| u.starts_with("MIG-")) {
+        return Err("MIG slices run in the container runtime only (this sandbox cannot yet give a workload one \
+                    slice's /dev/nvidia-caps nodes alone)"
+            .into());
+    }
+    Ok(())
+}
+
 /// Where rentals' directories go: `wanted`, unless a rental's own uid could not pass through
 /// its ancestors to its workspace (a state directory under `/root`, say), in which case a
 /// directory of the agent's own under `/var/lib/cardpool-sandboxes`, named after `wanted` so
@@ -471,6 +486,7 @@ impl Runtime for SandboxRuntime {
 
     fn command(&self, spec: &AttachSpec, dir: &Path) -> Result<Command, String> {
         let script = spec.command.as_deref().ok_or("this host runs commands, and the rental has no command")?;
+        refuse_mig_slices(spec)?;
         let uid = if self.own_uids {
             Some(rental_uid(spec.rental_id).ok_or("the rental id is out of the range of rental uids")?)
         } else {
@@ -650,5 +666,25 @@ impl Runtime for SandboxRuntime {
         }
         self.cgroups.remove(rental_id);
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mig_slices_are_refused_not_run_unisolated() {
+        let spec = |uuids: &[&str]| AttachSpec {
+            rental_id: 1,
+            gpu_indexes: vec![0],
+            gpu_uuids: uuids.iter().map(|u| (*u).to_owned()).collect(),
+            command: Some("true".into()),
+            image: None,
+            env: vec![],
+            ssh_public_key: None,
+        };
+        assert!(refuse_mig_slices(&spec(&["GPU-0"])).is_ok());
+        assert!(refuse_mig_slices(&spec(&["MIG-4f5e"])).unwrap_err().contains("container runtime"));
     }
 }

@@ -194,6 +194,13 @@ pub enum Sort {
     Availability,
 }
 
+/// Whole GPUs or MIG slices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Unit {
+    Gpu,
+    Slice,
+}
+
 #[derive(Debug, Args)]
 pub struct Offers {
     /// Exact GPU model, e.g. "NVIDIA H100 80GB HBM3" (the GPU column).
@@ -225,6 +232,12 @@ pub struct Offers {
     /// Only hosts verified by Cardpool's admins (the ✓ column).
     #[arg(long)]
     pub verified: bool,
+    /// Whole GPUs or MIG slices only (a slice's GPU column reads "MODEL MIG 1g.10gb").
+    #[arg(long, value_enum)]
+    pub unit: Option<Unit>,
+    /// MIG slices of this profile only, e.g. 1g.10gb.
+    #[arg(long)]
+    pub mig_profile: Option<String>,
     #[arg(long)]
     pub page: Option<u32>,
     #[arg(long)]

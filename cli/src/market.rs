@@ -3,11 +3,11 @@
 
 use crate::{
     Ctx,
-    args::{Offers, Sort},
+    args::{Offers, Sort, Unit},
     failure::Outcome,
     table,
 };
-use cardpool_domain::offers::{OfferPage, OfferQuery, OfferSort};
+use cardpool_domain::offers::{OfferPage, OfferQuery, OfferSort, OfferUnit};
 
 pub fn query(args: &Offers) -> OfferQuery {
     OfferQuery {
@@ -27,6 +27,11 @@ pub fn query(args: &Offers) -> OfferQuery {
         per_page: args.per_page,
         host_id: args.host,
         verified: args.verified.then_some(true),
+        unit: args.unit.map(|u| match u {
+            Unit::Gpu => OfferUnit::Gpu,
+            Unit::Slice => OfferUnit::Slice,
+        }),
+        mig_profile: args.mig_profile.clone(),
     }
 }
 

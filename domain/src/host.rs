@@ -109,11 +109,43 @@ pub struct GpuView {
     /// `None` where the GPU has no MIG.
     #[serde(default)]
     pub mig_enabled: Option<bool>,
-    /// The MIG instances the agent reports on this GPU (not yet sold as slices).
+    /// The MIG instances the agent reports on this GPU.
     #[serde(default)]
     pub mig_instances: Vec<cardpool_protocol::MigInstance>,
+    /// How the provider sells it: whole, or as its MIG instances (each a unit of its own).
+    #[serde(default)]
+    pub sold_as: GpuSale,
     /// `available` or `missing`.
     pub state: String,
+}
+
+/// How a GPU is sold. A GPU with MIG on can be sold whole or as its MIG instances; the choice
+/// changes only while nothing is rented or reserved on it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum GpuSale {
+    #[default]
+    Whole,
+    Mig,
+}
+
+impl GpuSale {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GpuSale::Whole => "whole",
+            GpuSale::Mig => "mig",
+        }
+    }
+}
+
+/// A provider's choice of how one GPU is sold (`PUT /api/v1/hosts/{id}/gpu-sale`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct GpuSaleRequest {
+    /// The GPU's device index on the host.
+    pub gpu_index: i32,
+    pub sold_as: GpuSale,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

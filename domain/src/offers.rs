@@ -2,6 +2,10 @@
 //!
 //! An offer is one GPU model on one listed, online host, with the GPUs of that model that are
 //! free right now. Filters travel in the page's query string, so a search is a shareable URL.
+//!
+//! The unit of sale is a whole GPU or a MIG slice of one. A slice offer's `gpu_model` names
+//! the unit ([`slice_unit`]: `H100-80GB MIG 1g.10gb`) and carries its `mig_profile`, so prices,
+//! bookings and rentals name what was sold in one string, and a search can ask for either.
 
 use serde::{Deserialize, Serialize};
 
@@ -57,6 +61,34 @@ impl OfferSort {
     }
 }
 
+/// Whole GPUs or MIG slices, in a search.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum OfferUnit {
+    /// Whole GPUs only.
+    Gpu,
+    /// MIG slices only.
+    Slice,
+}
+
+impl OfferUnit {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OfferUnit::Gpu => "gpu",
+            OfferUnit::Slice => "slice",
+        }
+    }
+}
+
+/// The name a MIG slice is sold under: its GPU's model and its profile.
+pub fn slice_unit(gpu_model: &str, profile: &str) -> String {
+    format!("{gpu_model} MIG {profile}")
+}
+
+/// The longest MIG profile name a host may report (`7g.141gb` is 8).
+pub const MAX_MIG_PROFILE_LEN: usize = 32;
+
 /// Search filters, as they appear in the query string (all optional; empty means "any", so a
 /// plain HTML form's empty fields are fine).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -99,6 +131,11 @@ pub struct OfferQuery {
     /// Only hosts verified by Cardpool's admins (`true`; a form's checkbox sends `on`).
     #[serde(deserialize_with = "lenient::flag")]
     pub verified: Option<bool>,
+    /// Whole GPUs (`gpu`) or MIG slices (`slice`) only; both when absent.
+    #[serde(deserialize_with = "lenient::choice")]
+    pub unit: Option<OfferUnit>,
+    /// Only MIG slices of this profile, e.g. "1g.10gb".
+    pub mig_profile: Option<String>,
 }
 
 impl OfferQuery {
@@ -122,6 +159,8 @@ impl OfferQuery {
         push("per_page", self.per_page.map(|n| n.to_string()));
         push("host_id", self.host_id.map(|n| n.to_string()));
         push("verified", self.verified.filter(|v| *v).map(|_| "true".to_owned()));
+        push("unit", self.unit.map(|u| u.as_str().to_owned()));
+        push("mig_profile", self.mig_profile.clone());
         pairs.into_iter().map(|(k, v)| format!("{k}={}", percent_encode(&v))).collect::<Vec<_>>().join("&")
     }
 }
@@ -196,8 +235,12 @@ mod lenient {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Offer {
     pub host_id: i64,
+    /// The unit sold: a GPU model, or for a MIG slice the model and profile ([`slice_unit`]).
     pub gpu_model: String,
-    /// Memory per GPU, bytes.
+    /// A slice offer's MIG profile (`1g.10gb`); absent for whole GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig_profile: Option<String>,
+    /// Memory per GPU (per slice for a slice offer), bytes.
     pub vram_bytes: i64,
     /// GPUs of this model free right now.
     pub gpus_free: u32,

@@ -26,6 +26,7 @@ mod m20261203_000016_admin_console;
 mod m20261203_000017_limits_and_notifications;
 mod m20261204_000018_admin_rentals;
 mod m20261205_000019_gpu_mig;
+mod m20261206_000020_mig_slices;
 
 pub struct Migrator;
 
@@ -52,6 +53,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261203_000017_limits_and_notifications::Migration),
             Box::new(m20261204_000018_admin_rentals::Migration),
             Box::new(m20261205_000019_gpu_mig::Migration),
+            Box::new(m20261206_000020_mig_slices::Migration),
         ]
     }
 }

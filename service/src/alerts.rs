@@ -45,6 +45,9 @@ pub struct LiveRental {
     pub stop_when_idle: bool,
     /// In state `running` (not stopping or being preempted).
     pub running: bool,
+    /// The share of the GPU held, in sevenths: 7 for a whole GPU, a MIG slice's compute slices
+    /// (NVML gives no per-instance power, so a slice's energy is its share of the GPU's).
+    pub sevenths: u8,
 }
 
 impl LiveRental {

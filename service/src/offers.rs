@@ -13,7 +13,10 @@ use crate::{
 };
 use cardpool_domain::{
     money::parse_dollars,
-    offers::{Offer, OfferDetail, OfferPage, OfferQuery, OfferSort, PricePoint, RentalKind, cuda_version_number},
+    offers::{
+        MAX_MIG_PROFILE_LEN, Offer, OfferDetail, OfferPage, OfferQuery, OfferSort, OfferUnit, PricePoint, RentalKind,
+        cuda_version_number,
+    },
 };
 use cardpool_protocol::HostFacts;
 use chrono::{DateTime, Duration, Utc};
@@ -39,6 +42,7 @@ struct Row {
     facts: Option<String>,
     created_at: DateTime<Utc>,
     gpu_model: String,
+    mig_profile: Option<String>,
     gpus_free: i64,
     vram_bytes: i64,
     cuda_version: String,
@@ -71,6 +75,8 @@ struct Filters {
     min_vram: Option<i64>,
     host_id: Option<i64>,
     verified: bool,
+    unit: Option<OfferUnit>,
+    mig_profile: Option<String>,
 }
 
 /// Whether `query` is a search the market can run (the checks `list_offers` makes first).
@@ -102,6 +108,15 @@ fn validate(query: &OfferQuery) -> AppResult<Filters> {
     if query.page.is_some_and(|n| n > MAX_PAGE) {
         fields.insert("page".into(), format!("at most {MAX_PAGE}"));
     }
+    let mig_profile = clean(&query.mig_profile);
+    if mig_profile.as_ref().is_some_and(|p| {
+        p.len() > MAX_MIG_PROFILE_LEN || !p.chars().all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '+')
+    }) {
+        fields.insert("mig_profile".into(), "a MIG profile such as 1g.10gb".into());
+    }
+    if mig_profile.is_some() && query.unit == Some(OfferUnit::Gpu) {
+        fields.insert("mig_profile".into(), "a MIG profile names slices, not whole GPUs".into());
+    }
     if query.min_vram_gib.is_some_and(|n| n > 4096) {
         fields.insert("min_vram_gib".into(), "at most 4096".into());
     }
@@ -124,6 +139,8 @@ fn validate(query: &OfferQuery) -> AppResult<Filters> {
         min_vram: query.min_vram_gib.map(|g| i64::from(g) * GIB),
         host_id: query.host_id,
         verified: query.verified == Some(true),
+        unit: query.unit,
+        mig_profile,
     })
 }
 
@@ -153,6 +170,14 @@ pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<O
     }
     if let Some(model) = &filters.gpu_model {
         conditions.push(format!("s.gpu_model = {}", sql.bind(model.clone())));
+    }
+    match filters.unit {
+        Some(OfferUnit::Gpu) => conditions.push("s.mig_profile IS NULL".to_owned()),
+        Some(OfferUnit::Slice) => conditions.push("s.mig_profile IS NOT NULL".to_owned()),
+        None => {}
+    }
+    if let Some(profile) = &filters.mig_profile {
+        conditions.push(format!("s.mig_profile = {}", sql.bind(profile.clone())));
     }
     if let Some(min_vram) = filters.min_vram {
         conditions.push(format!("s.vram_bytes >= {}", sql.bind(min_vram)));
@@ -193,7 +218,7 @@ pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<O
          AND sp.gpu_model = page.gpu_model ORDER BY sp.at DESC, sp.id DESC LIMIT 1) AS spot_price_micros \
          FROM (SELECT s.host_id AS host_id, h.location AS location, h.facts AS facts, h.created_at AS created_at, \
          h.verified_at AS verified_at, \
-         s.gpu_model AS gpu_model, s.gpus_free AS gpus_free, s.vram_bytes AS vram_bytes, \
+         s.gpu_model AS gpu_model, s.mig_profile AS mig_profile, s.gpus_free AS gpus_free, s.vram_bytes AS vram_bytes, \
          s.cuda_version AS cuda_version, s.driver_version AS driver_version, s.linked AS linked, \
          s.on_demand_micros AS on_demand_micros, s.reserved_micros AS reserved_micros, \
          s.spot_min_bid_micros AS spot_min_bid_micros \
@@ -225,6 +250,7 @@ pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<O
             Offer {
                 host_id: row.host_id,
                 gpu_model: row.gpu_model,
+                mig_profile: row.mig_profile,
                 vram_bytes: row.vram_bytes,
                 gpus_free: gpus,
                 on_demand_micros: row.on_demand_micros,

@@ -1,4 +1,4 @@
-//! The offer stock: one row per (host, GPU model) with its free GPUs and the market facts a
+//! The offer stock: one row per (host, unit: a GPU model or a MIG slice's) with its free units and the market facts a
 //! search filters and sorts on (on the market or not, prices, location), so an offer search is
 //! an index scan of one table (see `offers`).
 //!
@@ -115,8 +115,9 @@ pub async fn rebuild_at_start_up(db: &sea_orm::DatabaseConnection) -> AppResult<
 /// Advisory-lock keys of host stock: `STOCK_LOCK_SPACE + host id`.
 const STOCK_LOCK_SPACE: i64 = 0x5354_4f43_0000_0000;
 
-/// `INSERT INTO offer_stock SELECT ...` of the available GPUs matching `which` that no active
-/// hold keeps now or later (a reservation), as booking sees them, with the host's market facts.
+/// `INSERT INTO offer_stock SELECT ...` of the available units for sale matching `which` that no
+/// active hold keeps now or later (a reservation): no hold on the unit's physical GPU covering
+/// any of its slots, as booking sees them, with the host's market facts.
 /// Parameters are bound in the order they appear (SQLite's `?` are positional).
 fn stock_select(sql: &mut Sql, host_id: Option<i64>) -> String {
     let listed = sql.bind(true);
@@ -125,21 +126,23 @@ fn stock_select(sql: &mut Sql, host_id: Option<i64>) -> String {
         Some(id) => format!("g.host_id = {}", sql.bind(id)),
         None => "1 = 1".to_owned(),
     };
+    let for_sale = sql.bind(true);
     let active = sql.bind(true);
     let now = sql.bind(Utc::now());
     format!(
-        "INSERT INTO offer_stock (host_id, gpu_model, gpus_free, vram_bytes, cuda_version, cuda_version_num, \
+        "INSERT INTO offer_stock (host_id, gpu_model, mig_profile, gpus_free, vram_bytes, cuda_version, cuda_version_num, \
          driver_version, linked, on_market, location_key, on_demand_micros, reserved_micros, spot_min_bid_micros) \
-         SELECT a.host_id, a.model, a.free, a.vram, a.cuda, a.cuda_num, a.driver, a.linked, \
+         SELECT a.host_id, a.model, a.profile, a.free, a.vram, a.cuda, a.cuda_num, a.driver, a.linked, \
          (h.listed = {listed} AND h.held_reason IS NULL AND h.status = {online} AND h.revoked_at IS NULL \
          AND p.host_id IS NOT NULL), \
          LOWER(h.location), COALESCE(p.on_demand_micros, 0), COALESCE(p.reserved_micros, 0), \
          COALESCE(p.spot_min_bid_micros, 0) \
-         FROM (SELECT g.host_id AS host_id, g.model AS model, COUNT(g.id) AS free, MIN(g.memory_bytes) AS vram, \
+         FROM (SELECT g.host_id AS host_id, g.model AS model, MIN(g.mig_profile) AS profile, COUNT(g.id) AS free, MIN(g.memory_bytes) AS vram, \
          MIN(g.cuda_version) AS cuda, MIN(g.cuda_version_num) AS cuda_num, MIN(g.driver_version) AS driver, \
          SUM(CASE WHEN g.nvlink_peers <> '[]' THEN 1 ELSE 0 END) AS linked \
-         FROM gpus g WHERE {which} AND g.state = 'available' \
-         AND NOT EXISTS (SELECT 1 FROM rental_gpus rg WHERE rg.gpu_id = g.id AND rg.active = {active} AND rg.ends_at > {now}) \
+         FROM gpus g WHERE {which} AND g.state = 'available' AND g.for_sale = {for_sale} \
+         AND NOT EXISTS (SELECT 1 FROM rental_gpus rg WHERE rg.physical_gpu_id = COALESCE(g.parent_id, g.id) \
+         AND rg.slot_from < g.slot_to AND g.slot_from < rg.slot_to AND rg.active = {active} AND rg.ends_at > {now}) \
          GROUP BY g.host_id, g.model) a \
          JOIN hosts h ON h.id = a.host_id \
          LEFT JOIN host_prices p ON p.host_id = a.host_id AND p.gpu_model = a.model"

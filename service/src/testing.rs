@@ -201,7 +201,7 @@ impl<'a> std::future::IntoFuture for NewPerson<'a> {
 /// is the id of an enrolled, online, listed host with 4 H100s in 2 NVLink islands (defaults: 1
 /// GPU, 1 island), priced $2.00 on-demand, $1.60 reserved, $0.80 minimum spot bid per GPU-hour.
 pub fn host<'a>(services: &'a Services, provider: &'a crate::auth::Principal, name: &str) -> NewHost<'a> {
-    NewHost { services, provider, name: name.to_owned(), gpus: 1, islands: 1 }
+    NewHost { services, provider, name: name.to_owned(), gpus: 1, islands: 1, mig: Vec::new() }
 }
 
 /// A host [`host`] describes; awaiting it enrolls it, reports its inventory, prices it, lists it
@@ -212,9 +212,16 @@ pub struct NewHost<'a> {
     name: String,
     gpus: usize,
     islands: usize,
+    mig: Vec<String>,
 }
 
 impl<'a> NewHost<'a> {
+    /// MIG on every GPU, with instances of these profiles (`["3g.40gb", "1g.10gb"]`; memory
+    /// from the profile's name). The GPUs are still sold whole until `hosts::set_gpu_sale`.
+    pub fn mig(self, profiles: &[&str]) -> Self {
+        NewHost { mig: profiles.iter().map(|p| (*p).to_owned()).collect(), ..self }
+    }
+
     pub fn gpus(self, gpus: usize) -> Self {
         NewHost { gpus, ..self }
     }
@@ -230,8 +237,8 @@ impl<'a> std::future::IntoFuture for NewHost<'a> {
     type IntoFuture = std::pin::Pin<Box<dyn Future<Output = i64> + Send + 'a>>;
 
     fn into_future(self) -> Self::IntoFuture {
-        let NewHost { services, provider, name, gpus, islands } = self;
-        Box::pin(async move { enroll_listed(services, provider, &name, gpus, islands).await })
+        let NewHost { services, provider, name, gpus, islands, mig } = self;
+        Box::pin(async move { enroll_listed(services, provider, &name, gpus, islands, &mig).await })
     }
 }
 
@@ -241,8 +248,9 @@ async fn enroll_listed(
     name: &str,
     gpus: usize,
     islands: usize,
+    mig: &[String],
 ) -> i64 {
-    use cardpool_protocol::{GpuInfo, HostFacts, Inventory, PROTOCOL_VERSION};
+    use cardpool_protocol::{GpuInfo, HostFacts, Inventory, MigInstance, PROTOCOL_VERSION};
     let token =
         crate::hosts::create_enrollment_token(services, provider, Some("Lab"), "http://x").await.expect("token");
     let enrolled = crate::hosts::enroll_host(services, &token.token, name).await.expect("enroll");
@@ -271,8 +279,23 @@ async fn enroll_listed(
                 driver_version: "550".into(),
                 cuda_version: "12.4".into(),
                 power_limit_milliwatts: None,
-                mig_enabled: None,
-                mig_instances: vec![],
+                mig_enabled: (!mig.is_empty()).then_some(true),
+                mig_instances: mig
+                    .iter()
+                    .enumerate()
+                    .map(|(k, profile)| MigInstance {
+                        uuid: format!("MIG-{name}-{i}-{k}"),
+                        profile: profile.clone(),
+                        compute_slices: profile.split('g').next().and_then(|c| c.parse().ok()).unwrap_or(1),
+                        memory_bytes: profile
+                            .split_once('.')
+                            .and_then(|(_, m)| m.trim_end_matches("gb").parse::<u64>().ok())
+                            .unwrap_or(10)
+                            << 30,
+                        gpu_instance_id: None,
+                        compute_instance_id: None,
+                    })
+                    .collect(),
                 nvlink_peers: (0..gpus)
                     .filter(|j| *j != i && island(*j) == island(i))
                     .map(|j| uuids[j].clone())

@@ -7,7 +7,9 @@ use crate::{
         kit::{Await, AwaitList, Col, DataTable},
         session::RequireSignIn,
     },
-    server_fns::hosts::{CreateEnrollmentToken, RevokeHost, SetHostListed, UpdateHostPricing, get_host, list_hosts},
+    server_fns::hosts::{
+        CreateEnrollmentToken, RevokeHost, SetGpuSale, SetHostListed, UpdateHostPricing, get_host, list_hosts,
+    },
 };
 use cardpool_domain::{
     account::Viewer,
@@ -148,13 +150,23 @@ fn Host() -> impl IntoView {
     let revoke = ServerAction::<RevokeHost>::new();
     let pricing = ServerAction::<UpdateHostPricing>::new();
     let listing = ServerAction::<SetHostListed>::new();
+    let sale = ServerAction::<SetGpuSale>::new();
     let tick = refresh_ticker();
     let detail = Resource::new(
-        move || (id(), tick.get(), revoke.version().get(), pricing.version().get(), listing.version().get()),
+        move || {
+            (
+                id(),
+                tick.get(),
+                revoke.version().get(),
+                pricing.version().get(),
+                listing.version().get(),
+                sale.version().get(),
+            )
+        },
         |(id, ..)| get_host(id),
     );
     view! {
-        <Await resource=detail loading="Loading host…" ready=move |detail| view! { <HostDetailView detail revoke pricing listing /> } />
+        <Await resource=detail loading="Loading host…" ready=move |detail| view! { <HostDetailView detail revoke pricing listing sale /> } />
         <div class="mt-6">
             <crate::components::telemetry::TelemetrySection scope=Signal::derive(move || cardpool_domain::telemetry::TelemetryScope::Host(id())) />
         </div>
@@ -167,13 +179,11 @@ fn HostDetailView(
     revoke: ServerAction<RevokeHost>,
     pricing: ServerAction<UpdateHostPricing>,
     listing: ServerAction<SetHostListed>,
+    sale: ServerAction<SetGpuSale>,
 ) -> impl IntoView {
     let host = detail.host;
     let revoked = host.status == HostStatus::Revoked;
-    let mut models: Vec<String> =
-        detail.gpus.iter().filter(|g| g.state == "available").map(|g| g.model.clone()).collect();
-    models.sort();
-    models.dedup();
+    let models = units_sold(&detail.gpus);
     let prices = detail.prices.clone();
     view! {
         <div class="space-y-6">
@@ -224,6 +234,7 @@ fn HostDetailView(
                                         {(!gpu.nvlink_peers.is_empty()).then(|| view! { <span class="badge ml-1 bg-indigo-50 text-indigo-700 ring-indigo-200">{format!("NVLink ×{}", gpu.nvlink_peers.len())}</span> })}
                                         {(gpu.mig_enabled == Some(true)).then(|| view! { <span class="badge ml-1 bg-violet-50 text-violet-700 ring-violet-200">"MIG on"</span> })}
                                     </p>
+                                    {(gpu.mig_enabled == Some(true) && !revoked).then(|| view! { <GpuSaleForm host_id=host.id gpu=gpu.clone() sale /> })}
                                     {(!gpu.mig_instances.is_empty()).then(|| {
                                         let instances = gpu.mig_instances.clone();
                                         view! {
@@ -303,7 +314,7 @@ fn PricingSection(
             <div class="flex flex-wrap items-center justify-between gap-4">
                 <div>
                     <h2 id="pricing" class="text-lg font-semibold text-slate-900">"Pricing and listing"</h2>
-                    <p class="mt-1 text-sm text-slate-600">"Prices are per GPU-hour in US dollars, billed per second. Reserved and the spot minimum are at most the on-demand price."</p>
+                    <p class="mt-1 text-sm text-slate-600">"Prices are per GPU-hour (per slice-hour for MIG slices) in US dollars, billed per second. Reserved and the spot minimum are at most the on-demand price."</p>
                 </div>
                 <ActionForm action=listing>
                     <input type="hidden" name="id" value=host_id />
@@ -321,15 +332,16 @@ fn PricingSection(
                 let current = prices.iter().find(|p| p.gpu_model == model).cloned();
                 let show = move |f: fn(&GpuModelPrice) -> i64| current.as_ref().map(|p| format_dollars(f(p)));
                 let suffix = model.chars().filter(char::is_ascii_alphanumeric).collect::<String>();
+                let per = if model.contains(" MIG ") { "slice" } else { "GPU" };
                 view! {
                     <ActionForm action=pricing attr:class="mt-4 rounded-xl p-4 ring-1 ring-slate-200" attr:novalidate=true>
                         <p class="font-medium text-slate-900">{model.clone()}</p>
                         <input type="hidden" name="id" value=host_id />
                         <input type="hidden" name="gpu_model" value=model.clone() />
                         <div class="mt-3 grid gap-4 sm:grid-cols-4 sm:items-end">
-                            <Field label="On-demand $/GPU-h" name="on_demand" id_suffix=suffix.clone() value=show(|p| p.on_demand_micros).unwrap_or_default() error=field_error(value, "on_demand") />
-                            <Field label="Reserved $/GPU-h" name="reserved" id_suffix=suffix.clone() value=show(|p| p.reserved_micros).unwrap_or_default() error=field_error(value, "reserved") />
-                            <Field label="Spot minimum bid $/GPU-h" name="spot_min_bid" id_suffix=suffix.clone() value=show(|p| p.spot_min_bid_micros).unwrap_or_default() error=field_error(value, "spot_min_bid") />
+                            <Field label=format!("On-demand $/{per}-h") name="on_demand" id_suffix=suffix.clone() value=show(|p| p.on_demand_micros).unwrap_or_default() error=field_error(value, "on_demand") />
+                            <Field label=format!("Reserved $/{per}-h") name="reserved" id_suffix=suffix.clone() value=show(|p| p.reserved_micros).unwrap_or_default() error=field_error(value, "reserved") />
+                            <Field label=format!("Spot minimum bid $/{per}-h") name="spot_min_bid" id_suffix=suffix.clone() value=show(|p| p.spot_min_bid_micros).unwrap_or_default() error=field_error(value, "spot_min_bid") />
                             <SubmitButton label="Save prices" pending=pricing.pending() />
                         </div>
                     </ActionForm>
@@ -338,5 +350,44 @@ fn PricingSection(
             <div class="mt-4"><FormAlert message=form_error(value) /></div>
             <p role="status" class="mt-2 text-sm text-emerald-700" class:hidden=move || !saved()>"Prices saved."</p>
         </section>
+    }
+}
+
+/// The units the host sells, each priced on its own: the models of GPUs sold whole and the
+/// slice units of GPUs sold as MIG instances.
+fn units_sold(gpus: &[cardpool_domain::host::GpuView]) -> Vec<String> {
+    use cardpool_domain::{host::GpuSale, offers::slice_unit};
+    let mut units: Vec<String> = gpus
+        .iter()
+        .filter(|g| g.state == "available")
+        .flat_map(|g| match g.sold_as {
+            GpuSale::Whole => vec![g.model.clone()],
+            GpuSale::Mig => g.mig_instances.iter().map(|m| slice_unit(&g.model, &m.profile)).collect(),
+        })
+        .collect();
+    units.sort();
+    units.dedup();
+    units
+}
+
+/// How one MIG-capable GPU is sold, and the button that switches it (refused while rented).
+#[component]
+fn GpuSaleForm(host_id: i64, gpu: cardpool_domain::host::GpuView, sale: ServerAction<SetGpuSale>) -> impl IntoView {
+    use cardpool_domain::host::GpuSale;
+    let mig = gpu.sold_as == GpuSale::Mig;
+    let index = gpu.index;
+    let error = move || match sale.value().get() {
+        Some(Err(e)) if sale.input().get().is_none_or(|i| i.gpu_index == index) => Some(e.to_string()),
+        _ => None,
+    };
+    view! {
+        <ActionForm action=sale attr:class="mt-3 flex flex-wrap items-center gap-2" attr:data-testid="gpu-sale">
+            <input type="hidden" name="id" value=host_id />
+            <input type="hidden" name="gpu_index" value=index />
+            <input type="hidden" name="sold_as" value=if mig { "whole" } else { "mig" } />
+            <span class="text-xs text-slate-600" data-testid="gpu-sold-as">{if mig { "Sold as MIG slices" } else { "Sold whole" }}</span>
+            <button type="submit" class="btn-secondary px-2 py-1 text-xs">{if mig { "Sell whole" } else { "Sell as MIG slices" }}</button>
+        </ActionForm>
+        {move || error().map(|e| view! { <p role="alert" class="mt-1 text-xs text-red-700">{e}</p> })}
     }
 }

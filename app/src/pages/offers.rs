@@ -10,7 +10,7 @@ use crate::{
     },
     server_fns::offers::list_offers,
 };
-use cardpool_domain::offers::{Offer, OfferPage, OfferQuery, OfferSort, RentalKind, percent_encode};
+use cardpool_domain::offers::{Offer, OfferPage, OfferQuery, OfferSort, OfferUnit, RentalKind, percent_encode};
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::{hooks::use_query_map, params::ParamsMap};
@@ -31,6 +31,12 @@ fn query_from(map: &ParamsMap) -> OfferQuery {
         per_page: number("per_page"),
         host_id: text("host_id").and_then(|v| v.parse().ok()),
         verified: text("verified").map(|v| matches!(v.as_str(), "true" | "on" | "1")).filter(|v| *v),
+        unit: text("unit").and_then(|u| match u.as_str() {
+            "gpu" => Some(OfferUnit::Gpu),
+            "slice" => Some(OfferUnit::Slice),
+            _ => None,
+        }),
+        mig_profile: text("mig_profile"),
     }
 }
 
@@ -44,7 +50,7 @@ pub fn OffersPage() -> impl IntoView {
         <div class="space-y-6">
             <div>
                 <h1 class="text-2xl font-bold text-slate-900">"Find GPUs"</h1>
-                <p class="mt-1 text-slate-600">"Free GPUs on online hosts right now, priced per GPU-hour."</p>
+                <p class="mt-1 text-slate-600">"Free GPUs and MIG slices of GPUs on online hosts right now, priced per GPU- or slice-hour."</p>
             </div>
             {move || view! { <Filters query=query.get() /> }}
             <Transition fallback=|| view! { <p class="text-slate-500">"Searching…"</p> }>
@@ -97,6 +103,16 @@ fn Filters(query: OfferQuery) -> impl IntoView {
                         .collect_view()}
                 </select>
             </div>
+            <div class="space-y-1">
+                <label for="filter-unit" class="block text-sm font-medium text-slate-800">"Unit"</label>
+                <select id="filter-unit" name="unit" class=INPUT>
+                    {[(None, "Whole GPUs and MIG slices"), (Some(OfferUnit::Gpu), "Whole GPUs"), (Some(OfferUnit::Slice), "MIG slices")]
+                        .into_iter()
+                        .map(|(u, label)| view! { <option value=u.map_or("", OfferUnit::as_str) selected=u == query.unit>{label}</option> })
+                        .collect_view()}
+                </select>
+            </div>
+            {text("mig_profile", "MIG profile", query.mig_profile.clone(), "any, e.g. 1g.10gb")}
             {text("location", "Location", query.location.clone(), "any, e.g. DE")}
             {text("min_cuda", "Min CUDA version", query.min_cuda.clone(), "any, e.g. 12.2")}
             <div class="space-y-1">
@@ -177,12 +193,13 @@ fn OfferCard(offer: Offer, kind: RentalKind) -> impl IntoView {
     .flatten()
     .collect::<Vec<_>>()
     .join(" · ");
+    let unit = if offer.mig_profile.is_some() { "slice" } else { "GPU" };
     view! {
         <li class="card" data-testid="offer">
             <div class="flex items-start justify-between gap-3">
                 <div>
                     <h2 class="font-semibold text-slate-900" data-testid="offer-model">{offer.gpu_model.clone()}</h2>
-                    <p class="text-sm text-slate-600">{format!("{} per GPU · {}", gib(offer.vram_bytes), offer.location.clone().unwrap_or_else(|| "location not given".into()))}</p>
+                    <p class="text-sm text-slate-600">{format!("{} per {unit} · {}", gib(offer.vram_bytes), offer.location.clone().unwrap_or_else(|| "location not given".into()))}</p>
                 </div>
                 <span class="badge shrink-0 bg-emerald-50 text-emerald-700 ring-emerald-200" data-testid="offer-free">{format!("{} free", offer.gpus_free)}</span>
             </div>
@@ -192,12 +209,15 @@ fn OfferCard(offer: Offer, kind: RentalKind) -> impl IntoView {
                 {price(RentalKind::Spot, offer.spot_price_micros, "Spot now")}
             </dl>
             <p class="mt-4 flex flex-wrap gap-2 text-xs">
+                {offer.mig_profile.clone().map(|p| view! {
+                    <Badge tone=Tone::Info testid="offer-mig">{format!("MIG slice {p}")}</Badge>
+                })}
                 {offer.verified.then(|| view! { <Badge tone=Tone::Good testid="offer-verified">"✓ Verified host"</Badge> })}
                 <Badge tone=Tone::Info>{if offer.interconnect == "nvlink" { "NVLink" } else { "PCIe" }}</Badge>
                 <Badge tone=Tone::Neutral>{format!("CUDA {} · driver {}", offer.cuda_version, offer.driver_version)}</Badge>
                 <Badge tone=Tone::Neutral>{format!("{}.{}% uptime (7 d)", offer.uptime_permille / 10, offer.uptime_permille % 10)}</Badge>
             </p>
-            {(!per_gpu.is_empty()).then(|| view! { <p class="mt-2 text-xs text-slate-500">{format!("Per GPU: {per_gpu}")}</p> })}
+            {(!per_gpu.is_empty()).then(|| view! { <p class="mt-2 text-xs text-slate-500">{format!("Per {unit}: {per_gpu}")}</p> })}
             <a
                 class="btn-primary mt-4 inline-flex"
                 data-testid="offer-rent"

@@ -65,3 +65,16 @@ pub async fn update_host_pricing(
 pub async fn set_host_listed(id: i64, listed: bool) -> Result<(), AppError> {
     crate::ssr::signed_in(async |req, caller| hosts::set_host_listed(&req.services, &caller, id, listed).await).await
 }
+
+/// How one GPU is sold: `whole`, or `mig` (as its MIG instances).
+#[server(prefix = "/rpc", endpoint = "set_gpu_sale", output = JsonOut)]
+pub async fn set_gpu_sale(id: i64, gpu_index: i32, sold_as: String) -> Result<(), AppError> {
+    use cardpool_domain::host::GpuSale;
+    let sold_as = match sold_as.as_str() {
+        "whole" => GpuSale::Whole,
+        "mig" => GpuSale::Mig,
+        _ => return Err(AppError::invalid_field("sold_as", "whole or mig")),
+    };
+    crate::ssr::signed_in(async |req, caller| hosts::set_gpu_sale(&req.services, &caller, id, gpu_index, sold_as).await)
+        .await
+}

@@ -11,7 +11,7 @@ use cardpool_domain::{
     error::ErrorBody,
     host::{
         CreateEnrollmentTokenRequest, CreatedEnrollmentToken, EnrollHostRequest, EnrolledHost, GpuModelPrice,
-        HostDetail, HostSummary, SetHostListedRequest,
+        GpuSaleRequest, HostDetail, HostSummary, SetHostListedRequest,
     },
 };
 use cardpool_service::hosts;
@@ -27,6 +27,7 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(revoke_host))
         .routes(routes!(update_host_pricing))
         .routes(routes!(set_host_listed))
+        .routes(routes!(set_gpu_sale))
 }
 
 /// Creates a single-use enrollment token (valid one hour) and the command to run on the host.
@@ -104,5 +105,22 @@ pub async fn set_host_listed(
     ApiJson(request): ApiJson<SetHostListedRequest>,
 ) -> ApiResult<StatusCode> {
     hosts::set_host_listed(&services, &caller, id.of("a host")?, request.listed).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Sells one GPU of one of the caller's hosts whole or as its MIG instances (each then a unit
+/// of its own, priced per slice-hour under its unit name, e.g. `H100-80GB MIG 1g.10gb`).
+/// Refused while the GPU or a slice of it is rented or reserved.
+#[utoipa::path(put, path = "/hosts/{id}/gpu-sale", operation_id = "set_gpu_sale", tag = "hosts",
+    params(("id" = i64, Path, description = "Host id")),
+    request_body = GpuSaleRequest,
+    responses((status = 204, description = "Saved"), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "Rented or reserved now", body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn set_gpu_sale(
+    Caller(services, caller): Caller,
+    id: PathId,
+    ApiJson(request): ApiJson<GpuSaleRequest>,
+) -> ApiResult<StatusCode> {
+    hosts::set_gpu_sale(&services, &caller, id.of("a host")?, request.gpu_index, request.sold_as).await?;
     Ok(StatusCode::NO_CONTENT)
 }

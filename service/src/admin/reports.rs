@@ -147,6 +147,7 @@ async fn online(conn: &impl ConnectionTrait, buckets: &mut [ReportBucket], now: 
     let host_ids: Vec<i64> = gpus::Entity::find()
         .select_only()
         .column(gpus::Column::HostId)
+        .filter(gpus::Column::ParentId.is_null())
         .into_tuple()
         .all(conn)
         .await

@@ -23,6 +23,17 @@ pub struct Model {
     pub mig_instances: String,
     /// `available` or `missing` (no longer in the host's inventory).
     pub state: String,
+    /// The physical GPU this MIG slice is carved from; `None` for a physical GPU.
+    pub parent_id: Option<i64>,
+    /// A slice's MIG profile (`1g.10gb`); `None` for a physical GPU.
+    pub mig_profile: Option<String>,
+    /// The slots `[slot_from, slot_to)` of the physical GPU this unit covers: all eight for a
+    /// whole GPU, one for a slice. Holds copy them, and no two active holds on one physical GPU
+    /// may overlap in slots and time (see the `mig_slices` migration).
+    pub slot_from: i32,
+    pub slot_to: i32,
+    /// Whether this unit is sold: a physical GPU sold whole, or a slice of a GPU sold as MIG.
+    pub for_sale: bool,
     pub updated_at: DateTimeUtc,
 }
 

@@ -11,6 +11,11 @@ pub struct Model {
     pub starts_at: DateTimeUtc,
     pub ends_at: DateTimeUtc,
     pub active: bool,
+    /// The physical GPU of the unit held (`gpu_id` itself for a whole GPU, its parent for a
+    /// MIG slice) and the unit's slots on it, copied from `gpus` at booking.
+    pub physical_gpu_id: i64,
+    pub slot_from: i32,
+    pub slot_to: i32,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

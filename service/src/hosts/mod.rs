@@ -7,11 +7,13 @@
 //! are in `liveness`; every transition is recorded in `host_events`.
 
 mod liveness;
+mod units;
 
 pub use liveness::{
     connect_host, disconnect_host, is_connected_anywhere, mark_silent_hosts_offline, owns_connection,
     record_connection_heartbeat, record_heartbeat,
 };
+pub use units::{MAX_MIG_INSTANCES, set_gpu_sale};
 
 use crate::{
     AppError, AppResult, Services,
@@ -241,8 +243,9 @@ pub async fn record_self_test(
     Ok(())
 }
 
-/// Stores what the agent reports: host facts and GPUs. GPUs are matched by UUID; one that
-/// disappears from the report is kept, marked `missing`, so history stays intact.
+/// Stores what the agent reports: host facts, GPUs and their MIG slices (see `units`). GPUs and
+/// slices are matched by UUID; one that disappears from the report is kept, marked `missing`,
+/// so history stays intact.
 pub async fn record_inventory(services: &Services, host: &hosts::Model, inventory: &Inventory) -> AppResult<()> {
     cardpool_protocol::PROTOCOL_VERSION
         .check_peer(inventory.protocol)
@@ -251,12 +254,7 @@ pub async fn record_inventory(services: &Services, host: &hosts::Model, inventor
         return Err(AppError::invalid_field("gpus", "a host reports at most 64 GPUs"));
     }
     for gpu in &inventory.gpus {
-        if gpu.mig_instances.len() > 7 {
-            return Err(AppError::invalid_field("mig_instances", "a GPU holds at most 7 MIG instances"));
-        }
-        if gpu.mig_instances.iter().any(|m| m.uuid.len() > 64 || m.profile.len() > 32) {
-            return Err(AppError::invalid_field("mig_instances", "a MIG uuid is at most 64 bytes, a profile 32"));
-        }
+        units::check_reported(gpu)?;
     }
     let now = Utc::now();
     let txn = services.begin_write().await.context("starting inventory update")?;
@@ -279,11 +277,13 @@ pub async fn record_inventory(services: &Services, host: &hosts::Model, inventor
         .into_iter()
         .map(|g| (g.uuid.clone(), g))
         .collect();
+    let mut seen: Vec<String> = Vec::new();
     for gpu in &inventory.gpus {
         let peers = serde_json::to_string(&gpu.nvlink_peers).map_err(|_| AppError::Internal)?;
         let mig_instances = serde_json::to_string(&gpu.mig_instances).map_err(|_| AppError::Internal)?;
         let mut row = match existing.get(&gpu.uuid) {
-            Some(known) => known.clone().into_active_model(),
+            Some(known) if known.parent_id.is_none() => known.clone().into_active_model(),
+            Some(_) => return Err(AppError::invalid_field("gpus", "a GPU uuid repeats a MIG slice's")),
             None => gpus::ActiveModel { host_id: Set(host.id), uuid: Set(gpu.uuid.clone()), ..Default::default() },
         };
         row.device_index = Set(gpu.index as i32);
@@ -298,10 +298,15 @@ pub async fn record_inventory(services: &Services, host: &hosts::Model, inventor
         row.mig_instances = Set(mig_instances);
         row.state = Set("available".into());
         row.updated_at = Set(now);
-        row.save(&txn).await.context("saving gpu")?;
+        let parent = if existing.contains_key(&gpu.uuid) {
+            row.update(&txn).await.context("saving gpu")?
+        } else {
+            row.insert(&txn).await.context("saving gpu")?
+        };
+        seen.push(gpu.uuid.clone());
+        units::record_slices(&txn, &parent, gpu, &existing, &mut seen, now).await?;
     }
-    let reported: Vec<&str> = inventory.gpus.iter().map(|g| g.uuid.as_str()).collect();
-    for gone in existing.values().filter(|g| !reported.contains(&g.uuid.as_str()) && g.state != "missing") {
+    for gone in existing.values().filter(|g| !seen.contains(&g.uuid) && g.state != "missing") {
         let mut row = gone.clone().into_active_model();
         row.state = Set("missing".into());
         row.updated_at = Set(now);
@@ -314,7 +319,8 @@ pub async fn record_inventory(services: &Services, host: &hosts::Model, inventor
 }
 
 fn summary(host: &hosts::Model, host_gpus: &[gpus::Model]) -> HostSummary {
-    let available: Vec<&gpus::Model> = host_gpus.iter().filter(|g| g.state == "available").collect();
+    let available: Vec<&gpus::Model> =
+        host_gpus.iter().filter(|g| g.state == "available" && g.parent_id.is_none()).collect();
     let mut models: BTreeMap<&str, u32> = BTreeMap::new();
     for gpu in &available {
         *models.entry(gpu.model.as_str()).or_default() += 1;
@@ -371,6 +377,7 @@ pub async fn get_host(services: &Services, principal: &Principal, host_id: i64) 
     let host = visible_host(services, principal, host_id).await?;
     let host_gpus = gpus::Entity::find()
         .filter(gpus::Column::HostId.eq(host.id))
+        .filter(gpus::Column::ParentId.is_null())
         .order_by_asc(gpus::Column::DeviceIndex)
         .all(&services.db)
         .await
@@ -405,6 +412,7 @@ pub async fn get_host(services: &Services, principal: &Principal, host_id: i64) 
                 nvlink_peers: serde_json::from_str(&g.nvlink_peers).unwrap_or_default(),
                 mig_enabled: g.mig_enabled,
                 mig_instances: serde_json::from_str(&g.mig_instances).unwrap_or_default(),
+                sold_as: units::sale_of(g),
                 state: g.state.clone(),
             })
             .collect(),
@@ -479,22 +487,8 @@ async fn owned_host(services: &Services, principal: &Principal, host_id: i64) ->
     Ok(host)
 }
 
-async fn available_models(services: &Services, host_id: i64) -> AppResult<Vec<String>> {
-    let mut models: Vec<String> = gpus::Entity::find()
-        .filter(gpus::Column::HostId.eq(host_id))
-        .filter(gpus::Column::State.eq("available"))
-        .all(&services.db)
-        .await
-        .context("loading gpus")?
-        .into_iter()
-        .map(|g| g.model)
-        .collect();
-    models.sort();
-    models.dedup();
-    Ok(models)
-}
-
-/// Sets the caller's prices for one GPU model on one of their hosts.
+/// Sets the caller's prices for one unit (a GPU model, or a MIG slice's unit name, priced per
+/// slice-hour) on one of their hosts.
 pub async fn update_host_pricing(
     services: &Services,
     principal: &Principal,
@@ -503,8 +497,8 @@ pub async fn update_host_pricing(
 ) -> AppResult<GpuModelPrice> {
     price.validate()?;
     let host = owned_host(services, principal, host_id).await?;
-    if !available_models(services, host.id).await?.contains(&price.gpu_model) {
-        return Err(AppError::invalid_field("gpu_model", "this host has no GPU of that model"));
+    if !units::unit_models(services, host.id, false).await?.contains(&price.gpu_model) {
+        return Err(AppError::invalid_field("gpu_model", "this host has no GPU or MIG slice of that model"));
     }
     let row = host_prices::ActiveModel {
         host_id: Set(host.id),
@@ -538,14 +532,14 @@ pub async fn update_host_pricing(
 }
 
 /// Lists a host on the market, or takes it off. Listing needs at least one GPU and a price
-/// for every GPU model the host has.
+/// for every unit the host sells (GPU models, and MIG slices of GPUs sold as MIG).
 pub async fn set_host_listed(services: &Services, principal: &Principal, host_id: i64, listed: bool) -> AppResult<()> {
     let host = owned_host(services, principal, host_id).await?;
     if let Some(reason) = host.held_reason.as_deref().filter(|_| listed) {
         return Err(AppError::conflict(format!("Cardpool's admins delisted this host: {reason}")));
     }
     if listed {
-        let models = available_models(services, host.id).await?;
+        let models = units::unit_models(services, host.id, true).await?;
         if models.is_empty() {
             return Err(AppError::conflict("the agent has not reported any GPUs for this host yet"));
         }

@@ -1,7 +1,52 @@
 //! Choosing specific GPUs among the free ones: NVLink-connected sets first, else the lowest
 //! device indexes. Pure, so property-tested; the database still refuses any overlap on its own.
+//!
+//! A unit (whole GPU or MIG slice) is blocked by any active hold on its physical GPU that
+//! covers one of its slots ([`blockers`]): a slice by a whole-GPU hold and the reverse, as the
+//! database's no-overlap rule has it.
 
-use crate::entities::gpus;
+use crate::{
+    AppResult,
+    db::DbResultExt,
+    entities::{gpus, rental_gpus},
+};
+use chrono::{DateTime, Utc};
+use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter};
+use std::collections::{HashMap, HashSet};
+
+/// The physical GPU a unit is on: itself, or a slice's parent.
+pub(crate) fn physical_gpu(unit: &gpus::Model) -> i64 {
+    unit.parent_id.unwrap_or(unit.id)
+}
+
+/// For each of `units`, the rentals whose active holds on its physical GPU cover one of its
+/// slots at some time in `[start, end)`.
+pub(crate) async fn blockers(
+    conn: &impl ConnectionTrait,
+    units: &[gpus::Model],
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+) -> AppResult<HashMap<i64, HashSet<i64>>> {
+    let physical: HashSet<i64> = units.iter().map(physical_gpu).collect();
+    let holds = rental_gpus::Entity::find()
+        .filter(rental_gpus::Column::PhysicalGpuId.is_in(physical))
+        .filter(rental_gpus::Column::Active.eq(true))
+        .filter(rental_gpus::Column::EndsAt.gt(start))
+        .filter(rental_gpus::Column::StartsAt.lt(end))
+        .all(conn)
+        .await
+        .context("loading holds")?;
+    let mut blockers: HashMap<i64, HashSet<i64>> = HashMap::new();
+    for hold in &holds {
+        let covered = units.iter().filter(|u| {
+            physical_gpu(u) == hold.physical_gpu_id && hold.slot_from < u.slot_to && u.slot_from < hold.slot_to
+        });
+        for unit in covered {
+            blockers.entry(unit.id).or_default().insert(hold.rental_id);
+        }
+    }
+    Ok(blockers)
+}
 
 /// A GPU the allocator may choose.
 #[derive(Debug, Clone, PartialEq, Eq)]

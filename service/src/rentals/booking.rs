@@ -9,7 +9,7 @@
 //! rentals.
 
 use super::{
-    allocation::{FreeGpu, choose_gpus},
+    allocation::{FreeGpu, blockers, choose_gpus, physical_gpu},
     pricing::cost,
     spot::{check_bid, give_preemption_notice, reprice_spot},
     state::{STARTED_OR_WAITING, names, open_end, record},
@@ -67,7 +67,9 @@ pub async fn book_offer(services: &Services, principal: &Principal, request: &Bo
     let cut = if choice.preempted.is_empty() { start } else { start.max(now + notice) };
     preempt(&txn, &choice.preempted, cut, now, notice).await?;
     let held = Window { start: cut, end: window.end };
-    let rental = hold(&txn, principal, request, &quote, &choice.gpus, held, now).await?;
+    let chosen: Vec<&gpus::Model> =
+        choice.gpus.iter().filter_map(|id| candidates.gpus.iter().find(|g| g.id == *id)).collect();
+    let rental = hold(&txn, principal, request, &quote, &chosen, held, now).await?;
     if request.kind == RentalKind::Reserved {
         prepay(&txn, principal, request, rental.id, quote.upfront).await?;
     }
@@ -250,8 +252,8 @@ async fn quote(
     Ok(Quote { host, price, bid, upfront })
 }
 
-/// The host's usable GPUs of the model, in device order, and for each the rentals holding it
-/// at some time in the window.
+/// The host's units of the model for sale (whole GPUs, or slices of one profile), in device
+/// order, and for each the rentals holding it (or what covers it) at some time in the window.
 struct Candidates {
     gpus: Vec<gpus::Model>,
     blockers: HashMap<i64, HashSet<i64>>,
@@ -280,23 +282,14 @@ async fn lock_candidates(
         .filter(gpus::Column::HostId.eq(host.id))
         .filter(gpus::Column::Model.eq(&request.gpu_model))
         .filter(gpus::Column::State.eq("available"))
-        .order_by_asc(gpus::Column::DeviceIndex);
+        .filter(gpus::Column::ForSale.eq(true))
+        .order_by_asc(gpus::Column::DeviceIndex)
+        .order_by_asc(gpus::Column::SlotFrom);
     if txn.get_database_backend() == DbBackend::Postgres {
         query = query.lock_exclusive();
     }
     let gpus = query.all(txn).await.context("loading gpus")?;
-    let holds = rental_gpus::Entity::find()
-        .filter(rental_gpus::Column::GpuId.is_in(gpus.iter().map(|g| g.id)))
-        .filter(rental_gpus::Column::Active.eq(true))
-        .filter(rental_gpus::Column::EndsAt.gt(window.start))
-        .filter(rental_gpus::Column::StartsAt.lt(window.end))
-        .all(txn)
-        .await
-        .context("loading holds")?;
-    let mut blockers: HashMap<i64, HashSet<i64>> = HashMap::new();
-    for hold in &holds {
-        blockers.entry(hold.gpu_id).or_default().insert(hold.rental_id);
-    }
+    let blockers = blockers(txn, &gpus, window.start, window.end).await?;
     Ok(Candidates { gpus, blockers })
 }
 
@@ -380,14 +373,15 @@ async fn preempt(
     Ok(())
 }
 
-/// Records the rental and its holds on the chosen GPUs for `held` (which starts at the cut
-/// when spot rentals were preempted).
+/// Records the rental and its holds on the chosen units for `held` (which starts at the cut
+/// when spot rentals were preempted), each with its physical GPU and slots for the database's
+/// no-overlap rule.
 async fn hold(
     txn: &DatabaseTransaction,
     principal: &Principal,
     request: &BookOfferRequest,
     quote: &Quote,
-    chosen: &[i64],
+    chosen: &[&gpus::Model],
     held: Window,
     now: DateTime<Utc>,
 ) -> AppResult<rentals::Model> {
@@ -421,13 +415,16 @@ async fn hold(
     .insert(txn)
     .await
     .context("recording rental")?;
-    for gpu_id in chosen {
+    for unit in chosen {
         rental_gpus::Entity::insert(rental_gpus::ActiveModel {
             rental_id: Set(rental.id),
-            gpu_id: Set(*gpu_id),
+            gpu_id: Set(unit.id),
             starts_at: Set(start),
             ends_at: Set(end),
             active: Set(true),
+            physical_gpu_id: Set(physical_gpu(unit)),
+            slot_from: Set(unit.slot_from),
+            slot_to: Set(unit.slot_to),
             ..Default::default()
         })
         .exec_without_returning(txn)

@@ -52,7 +52,7 @@ pub async fn commands_for_host(
     for rental in attaching {
         let mut mine: Vec<&gpus::Model> =
             held.iter().filter(|h| h.rental_id == rental.id).filter_map(|h| devices.get(&h.gpu_id)).collect();
-        mine.sort_by_key(|g| g.device_index);
+        mine.sort_by_key(|g| (g.device_index, g.slot_from));
         let workload: Workload = serde_json::from_str(&rental.workload).unwrap_or_default();
         commands.push(ServerMessage::Attach(AttachSpec {
             rental_id: rental.id,

@@ -11,7 +11,7 @@ use crate::{
     AppError, AppResult, Services,
     auth::Principal,
     db::DbResultExt,
-    entities::{gpus, host_prices, rental_gpus, rentals, spot_prices},
+    entities::{gpus, host_prices, rentals, spot_prices},
     ledger::{self, Book},
     notify::Notice,
 };
@@ -26,7 +26,6 @@ use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, EntityTrait,
     IntoActiveModel, QueryFilter, QueryOrder, QuerySelect,
 };
-use std::collections::HashSet;
 
 pub(super) async fn give_preemption_notice(
     txn: &DatabaseTransaction,
@@ -143,21 +142,13 @@ async fn free_now(txn: &DatabaseTransaction, host_id: i64, model: &str, now: Dat
         .filter(gpus::Column::HostId.eq(host_id))
         .filter(gpus::Column::Model.eq(model))
         .filter(gpus::Column::State.eq("available"))
+        .filter(gpus::Column::ForSale.eq(true))
         .all(txn)
         .await
         .context("loading gpus")?;
-    let held: HashSet<i64> = rental_gpus::Entity::find()
-        .filter(rental_gpus::Column::GpuId.is_in(gpus.iter().map(|g| g.id)))
-        .filter(rental_gpus::Column::Active.eq(true))
-        .filter(rental_gpus::Column::StartsAt.lte(now))
-        .filter(rental_gpus::Column::EndsAt.gt(now))
-        .all(txn)
-        .await
-        .context("loading holds")?
-        .into_iter()
-        .map(|h| h.gpu_id)
-        .collect();
-    Ok(gpus.iter().filter(|g| !held.contains(&g.id)).count())
+    // Held at `now`: a hold over `[now, now + 1 µs)`.
+    let held = super::allocation::blockers(txn, &gpus, now, now + chrono::Duration::microseconds(1)).await?;
+    Ok(gpus.iter().filter(|g| !held.contains_key(&g.id)).count())
 }
 
 /// The live spot rentals of a host's GPUs of `model`, locked (PostgreSQL) in id order and read

@@ -160,7 +160,8 @@ async fn write(services: &Services, batch: &Batch) -> AppResult<HashSet<i64>> {
         let Some(rentals) = live.get(&sample.host_id) else { continue };
         let at = Utc.timestamp_millis_opt(sample.at_ms).single().unwrap_or(now);
         for rental in rentals.iter().filter(|r| r.gpu_index == sample.gpu_index && r.running_at(at)) {
-            *energy.entry((rental.rental_id, sample.gpu_index)).or_default() += sample.mj;
+            *energy.entry((rental.rental_id, sample.gpu_index)).or_default() +=
+                sample.mj * i64::from(rental.sevenths) / 7;
         }
     }
     let rollups: Vec<_> =
@@ -335,6 +336,7 @@ pub(super) async fn live_rentals(
         billing_ends_at: Option<DateTime<Utc>>,
         stop_when_idle: bool,
         state: String,
+        mig_profile: Option<String>,
     }
     let backend = conn.get_database_backend();
     let mut live: HashMap<i64, Vec<LiveRental>> = HashMap::new();
@@ -349,7 +351,7 @@ pub(super) async fn live_rentals(
                 .collect();
         let since = sql.bind(since);
         let text = format!(
-            "SELECT r.host_id, r.id AS rental_id, g.device_index, r.running_since, r.billing_ends_at, r.stop_when_idle, r.state \
+            "SELECT r.host_id, r.id AS rental_id, g.device_index, g.mig_profile, r.running_since, r.billing_ends_at, r.stop_when_idle, r.state \
              FROM rentals r JOIN rental_gpus rg ON rg.rental_id = r.id JOIN gpus g ON g.id = rg.gpu_id \
              WHERE r.host_id IN ({hosts}) AND ((rg.active = {active} AND r.state IN ({})) OR r.billing_ends_at >= {since})",
             states.join(", ")
@@ -366,8 +368,14 @@ pub(super) async fn live_rentals(
                 billing_ends_at: r.billing_ends_at,
                 stop_when_idle: r.stop_when_idle,
                 running: r.state == RentalState::Running.as_str(),
+                sevenths: r.mig_profile.as_deref().map_or(7, compute_sevenths),
             });
         }
     }
     Ok(live)
+}
+
+/// A MIG profile's compute slices out of seven (`3g.40gb` → 3); 1 when the name does not say.
+fn compute_sevenths(profile: &str) -> u8 {
+    profile.split_once('g').and_then(|(n, _)| n.parse::<u8>().ok()).unwrap_or(1).clamp(1, 7)
 }

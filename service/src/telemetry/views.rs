@@ -154,15 +154,17 @@ async fn overview(services: &Services, provider: Option<i64>) -> AppResult<Fleet
     }
     let host_rows = host_query.all(&services.db).await.context("loading hosts")?;
     let host_ids: Vec<i64> = host_rows.iter().map(|h| h.id).collect();
+    // Physical GPUs: one with a MIG slice rented counts as rented.
     let gpu_rows = gpus::Entity::find()
         .filter(gpus::Column::HostId.is_in(host_ids.clone()))
+        .filter(gpus::Column::ParentId.is_null())
         .filter(gpus::Column::State.eq("available"))
         .order_by_asc(gpus::Column::DeviceIndex)
         .all(&services.db)
         .await
         .context("loading gpus")?;
     let held: BTreeSet<i64> = rental_gpus::Entity::find()
-        .filter(rental_gpus::Column::GpuId.is_in(gpu_rows.iter().map(|g| g.id)))
+        .filter(rental_gpus::Column::PhysicalGpuId.is_in(gpu_rows.iter().map(|g| g.id)))
         .filter(rental_gpus::Column::Active.eq(true))
         .filter(rental_gpus::Column::StartsAt.lte(now))
         .filter(rental_gpus::Column::EndsAt.gt(now))
@@ -170,7 +172,7 @@ async fn overview(services: &Services, provider: Option<i64>) -> AppResult<Fleet
         .await
         .context("loading holds")?
         .into_iter()
-        .map(|h| h.gpu_id)
+        .map(|h| h.physical_gpu_id)
         .collect();
     let providers: HashMap<i64, String> = users::Entity::find()
         .filter(users::Column::Id.is_in(host_rows.iter().map(|h| h.provider_id)))
@@ -260,6 +262,7 @@ pub async fn metrics_snapshot(services: &Services) -> AppResult<MetricsSnapshot>
     let names: HashMap<i64, String> = hosts.into_iter().map(|h| (h.id, h.hostname)).collect();
     let gpus = gpus::Entity::find()
         .filter(gpus::Column::HostId.is_in(ids))
+        .filter(gpus::Column::ParentId.is_null())
         .all(&services.db)
         .await
         .context("loading gpus")?

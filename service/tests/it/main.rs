@@ -11,6 +11,7 @@ mod fuzz_corpus;
 mod hosts;
 mod ledger;
 mod limits;
+mod mig;
 mod money;
 mod offers;
 mod rentals;

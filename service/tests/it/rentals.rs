@@ -202,6 +202,9 @@ async fn the_database_refuses_overlapping_holds(backend: Backend) {
         starts_at: Set(held.starts_at + chrono::Duration::hours(1)),
         ends_at: Set(held.starts_at + chrono::Duration::hours(2)),
         active: Set(true),
+        physical_gpu_id: Set(held.physical_gpu_id),
+        slot_from: Set(held.slot_from),
+        slot_to: Set(held.slot_to),
         ..Default::default()
     })
     .exec(&services.db)
@@ -218,6 +221,9 @@ async fn the_database_refuses_overlapping_holds(backend: Backend) {
         starts_at: Set(held.starts_at),
         ends_at: Set(held.starts_at + chrono::Duration::hours(1)),
         active: Set(false),
+        physical_gpu_id: Set(held.physical_gpu_id),
+        slot_from: Set(held.slot_from),
+        slot_to: Set(held.slot_to),
         ..Default::default()
     })
     .exec(&services.db)

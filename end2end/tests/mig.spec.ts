@@ -1,0 +1,106 @@
+import { expect, test } from "@playwright/test";
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { endRentalsAfterFailure, failOnCspViolations, hydrated, signIn, signUp, snap } from "./support";
+
+// MIG slices as units of sale, in the browser: a provider's agent reports an H100 cut into
+// 3g.40gb + 2g.20gb + 1g.10gb ×2; the provider sells it as slices and prices each profile per
+// slice-hour; a renter finds a 1g.10gb slice among the offers, rents it, sees it run and stops
+// it. The host is taken off the market at the end (its agent stops), so the market is as it was.
+const agentBin = process.env.CARDPOOL_AGENT_BIN ?? "../target/debug/cardpool-agent";
+const LAYOUT = "1xH100-80GB:mig=3g.40gb+2g.20gb+1g.10gb*2";
+const SLICE = "NVIDIA H100 80GB HBM3 MIG 1g.10gb";
+
+failOnCspViolations();
+endRentalsAfterFailure();
+
+test("a provider sells a GPU as MIG slices and a renter rents a 1g.10gb slice", async ({ page, browser, baseURL }, info) => {
+  test.setTimeout(150_000);
+  const provider = await browser.newContext({ baseURL });
+  const host = await provider.newPage();
+  await signUp(host, `mig-${info.project.name}-${Date.now()}@example.com`);
+  await hydrated(host);
+  await host.getByRole("button", { name: "Become a provider" }).click();
+  await expect(host.getByTestId("account-roles")).toContainText("provider");
+  await host.goto("/provider/hosts");
+  await hydrated(host);
+  await host.getByLabel("Location shown to renters").fill("Slice Lab, EU");
+  await host.getByRole("button", { name: "Create enrollment token" }).click();
+  const token = (await host.getByTestId("enroll-token").textContent())!.trim();
+
+  const stateDir = mkdtempSync(join(tmpdir(), "cardpool-agent-mig-"));
+  let agent: ChildProcess | undefined;
+  try {
+    const enroll = spawnSync(agentBin, ["enroll", "--server", baseURL!, "--token", token, "--state-dir", stateDir], { encoding: "utf8" });
+    expect(enroll.status, enroll.stderr).toBe(0);
+    agent = spawn(agentBin, ["run", "--state-dir", stateDir, "--simulate", LAYOUT], { stdio: "ignore" });
+    const row = host.getByTestId("host-row");
+    await expect(row.getByTestId("host-status")).toHaveText("online", { timeout: 20_000 });
+    await row.getByRole("link").click();
+
+    // Reported and sold whole at first; one click sells it as its four slices.
+    const tile = host.getByTestId("gpu-tile");
+    await expect(tile.getByTestId("mig-instances").locator("li")).toHaveCount(4);
+    await expect(tile.getByTestId("gpu-sold-as")).toHaveText("Sold whole");
+    await hydrated(host);
+    await tile.getByRole("button", { name: "Sell as MIG slices" }).click();
+    await expect(tile.getByTestId("gpu-sold-as")).toHaveText("Sold as MIG slices");
+
+    // Each profile is priced per slice-hour; listing needs them all.
+    for (const [profile, price] of [["1g.10gb", "0.39"], ["2g.20gb", "0.75"], ["3g.40gb", "1.10"]]) {
+      const form = host.locator("form").filter({ hasText: `MIG ${profile}` });
+      await form.getByLabel("On-demand $/slice-h").fill(price);
+      await form.getByLabel("Reserved $/slice-h").fill(price);
+      await form.getByLabel("Spot minimum bid $/slice-h").fill("0.10");
+      await form.getByRole("button", { name: "Save prices" }).click();
+      await expect(host.getByText("Prices saved.")).toBeVisible();
+    }
+    await host.getByRole("button", { name: "List on the market" }).click();
+    await expect(host.getByTestId("listing-state")).toHaveText("listed on the market");
+    await snap(host, "host-mig-slices");
+
+    // The renter asks for slices of one profile and finds two free.
+    await signIn(page, "renter@demo.cardpool.dev");
+    await page.goto("/offers");
+    await page.getByLabel("Unit").selectOption("slice");
+    await page.getByLabel("MIG profile").fill("1g.10gb");
+    await page.getByRole("button", { name: "Search" }).click();
+    await expect(page).toHaveURL(/unit=slice/);
+    const offer = page.getByTestId("offer");
+    await expect(offer).toHaveCount(1);
+    await expect(offer.getByTestId("offer-model")).toHaveText(SLICE);
+    await expect(offer.getByTestId("offer-mig")).toHaveText("MIG slice 1g.10gb");
+    await expect(offer.getByTestId("offer-free")).toHaveText("2 free");
+    await expect(offer).toContainText("10 GiB per slice");
+    await snap(page, "offers-mig");
+
+    await offer.getByTestId("offer-rent").click();
+    await hydrated(page);
+    await page.getByLabel("Number of GPUs").fill("1");
+    await page.getByLabel("Command").fill("python finetune.py");
+    await page.getByRole("button", { name: "Book" }).click();
+    await expect(page).toHaveURL(/\/rentals\/\d+$/);
+    const rental = page.url();
+    await expect(page.getByTestId("rental-state")).toHaveText("Running", { timeout: 30_000 });
+    await expect(page.getByText(SLICE).first()).toBeVisible();
+    await expect(page.getByTestId("rental-logs")).toContainText("standing in for: python finetune.py", { timeout: 15_000 });
+    await snap(page, "rental-mig-slice");
+
+    // One slice rented: one left, and the GPU cannot be sold whole meanwhile.
+    await page.goto("/offers?unit=slice&mig_profile=1g.10gb");
+    await expect(page.getByTestId("offer").getByTestId("offer-free")).toHaveText("1 free");
+    await tile.getByRole("button", { name: "Sell whole" }).click();
+    await expect(host.getByRole("alert").filter({ hasText: "is rented or reserved" })).toBeVisible();
+
+    await page.goto(rental);
+    await hydrated(page);
+    await page.getByRole("button", { name: "Stop rental" }).click();
+    await expect(page.getByTestId("rental-state")).toHaveText("Ended", { timeout: 30_000 });
+  } finally {
+    agent?.kill("SIGKILL");
+    rmSync(stateDir, { recursive: true, force: true });
+    await provider.close();
+  }
+});

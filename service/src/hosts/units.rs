@@ -1,0 +1,193 @@
+//! Units of sale: whole GPUs and MIG slices.
+//!
+//! Every MIG instance an agent reports is kept as a `gpus` row of its own (`parent_id` = its
+//! GPU, `mig_profile`, `model` = [`slice_unit`], the slot of its place in the layout), so the
+//! offer stock, prices, booking and holds treat a slice exactly as a GPU. Which rows are sold is
+//! the provider's choice per GPU ([`set_gpu_sale`]): the GPU's own row (`whole`) or its slices'
+//! rows (`mig`); it changes only while nothing holds the GPU or any slice of it now or later, so
+//! a live rental is never re-cut. The database refuses a slice hold that meets a whole-GPU hold
+//! on the same GPU in time whatever the code does (see the `mig_slices` migration).
+
+use crate::{
+    AppError, AppResult, Services,
+    auth::Principal,
+    db::DbResultExt,
+    entities::{gpus, rental_gpus},
+};
+use cardpool_domain::{
+    host::GpuSale,
+    offers::{MAX_MIG_PROFILE_LEN, slice_unit},
+};
+use cardpool_protocol::GpuInfo;
+use chrono::{DateTime, Utc};
+use sea_orm::{
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, IntoActiveModel,
+    QueryFilter, QuerySelect, sea_query::Expr,
+};
+use std::collections::BTreeMap;
+
+/// The most MIG instances one GPU can hold (NVIDIA's: seven compute slices).
+pub const MAX_MIG_INSTANCES: usize = 7;
+
+/// Refuses a report whose MIG instances could not be stored.
+pub(super) fn check_reported(gpu: &GpuInfo) -> AppResult<()> {
+    if gpu.mig_instances.len() > MAX_MIG_INSTANCES {
+        return Err(AppError::invalid_field("mig_instances", "a GPU holds at most 7 MIG instances"));
+    }
+    let bad_profile = |p: &str| {
+        p.is_empty()
+            || p.len() > MAX_MIG_PROFILE_LEN
+            || !p.chars().all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '+')
+    };
+    if gpu.mig_instances.iter().any(|m| m.uuid.is_empty() || m.uuid.len() > 64 || bad_profile(&m.profile)) {
+        return Err(AppError::invalid_field(
+            "mig_instances",
+            "a MIG uuid is 1 to 64 bytes, a profile 1 to 32 of letters, digits, '.' and '+'",
+        ));
+    }
+    Ok(())
+}
+
+/// Stores the slices `reported` says `parent` holds now, matched by UUID, each at the slot of
+/// its place in the layout; the UUIDs it stored are pushed to `seen` (what is not seen is
+/// marked missing by the caller). A slice is for sale when its GPU is sold as MIG.
+pub(super) async fn record_slices(
+    conn: &impl ConnectionTrait,
+    parent: &gpus::Model,
+    reported: &GpuInfo,
+    existing: &BTreeMap<String, gpus::Model>,
+    seen: &mut Vec<String>,
+    now: DateTime<Utc>,
+) -> AppResult<()> {
+    if reported.mig_enabled != Some(true) {
+        return Ok(());
+    }
+    for (slot, instance) in reported.mig_instances.iter().enumerate() {
+        let mut row = match existing.get(&instance.uuid) {
+            Some(known) if known.parent_id == Some(parent.id) => known.clone().into_active_model(),
+            // A UUID is a GPU's or a slice's, never both; one that moved is not trusted.
+            Some(_) => {
+                return Err(AppError::invalid_field("mig_instances", "a MIG uuid repeats another GPU's"));
+            }
+            None => gpus::ActiveModel {
+                host_id: Set(parent.host_id),
+                uuid: Set(instance.uuid.clone()),
+                parent_id: Set(Some(parent.id)),
+                ..Default::default()
+            },
+        };
+        row.device_index = Set(parent.device_index);
+        row.model = Set(slice_unit(&parent.model, &instance.profile));
+        row.mig_profile = Set(Some(instance.profile.clone()));
+        row.memory_bytes = Set(i64::try_from(instance.memory_bytes).unwrap_or(i64::MAX));
+        row.pci_bus_id = Set(parent.pci_bus_id.clone());
+        row.driver_version = Set(parent.driver_version.clone());
+        row.cuda_version = Set(parent.cuda_version.clone());
+        row.cuda_version_num = Set(parent.cuda_version_num);
+        row.nvlink_peers = Set("[]".into());
+        row.mig_enabled = Set(None);
+        row.mig_instances = Set("[]".into());
+        row.slot_from = Set(slot as i32);
+        row.slot_to = Set(slot as i32 + 1);
+        row.for_sale = Set(!parent.for_sale);
+        row.state = Set("available".into());
+        row.updated_at = Set(now);
+        if existing.contains_key(&instance.uuid) {
+            row.update(conn).await.context("saving MIG slice")?;
+        } else {
+            row.insert(conn).await.context("saving MIG slice")?;
+        }
+        seen.push(instance.uuid.clone());
+    }
+    Ok(())
+}
+
+/// The unit names of the host's available rows: every unit a price can be set for (slices of
+/// GPUs sold whole too, so a provider can price them before switching), or only those for sale.
+pub(super) async fn unit_models(services: &Services, host_id: i64, for_sale_only: bool) -> AppResult<Vec<String>> {
+    let mut query = gpus::Entity::find()
+        .select_only()
+        .column(gpus::Column::Model)
+        .filter(gpus::Column::HostId.eq(host_id))
+        .filter(gpus::Column::State.eq("available"));
+    if for_sale_only {
+        query = query.filter(gpus::Column::ForSale.eq(true));
+    }
+    let mut models: Vec<String> = query.into_tuple().all(&services.db).await.context("loading gpus")?;
+    models.sort();
+    models.dedup();
+    Ok(models)
+}
+
+/// Sells one GPU of the caller's host whole or as its MIG instances. Refused while anything
+/// holds the GPU or one of its slices now or later, and (for `mig`) when the agent reports no
+/// MIG instances on it. Its units' offers change at once; a unit model without a price stays
+/// off the market until it is priced.
+pub async fn set_gpu_sale(
+    services: &Services,
+    principal: &Principal,
+    host_id: i64,
+    gpu_index: i32,
+    sold_as: GpuSale,
+) -> AppResult<()> {
+    let host = super::owned_host(services, principal, host_id).await?;
+    let now = Utc::now();
+    let txn = services.begin_write().await.context("starting sale change")?;
+    let mut rows = gpus::Entity::find()
+        .filter(gpus::Column::HostId.eq(host.id))
+        .filter(gpus::Column::DeviceIndex.eq(gpu_index))
+        .filter(gpus::Column::State.eq("available"));
+    if txn.get_database_backend() == DbBackend::Postgres {
+        // The GPU's row and its slices' rows, as a booking of either locks them.
+        rows = rows.lock_exclusive();
+    }
+    let rows = rows.all(&txn).await.context("loading gpu")?;
+    let gpu = rows.iter().find(|g| g.parent_id.is_none()).ok_or_else(|| AppError::not_found("gpu"))?;
+    if sale_of(gpu) == sold_as {
+        return Ok(());
+    }
+    let slices = rows.iter().filter(|g| g.parent_id == Some(gpu.id)).count();
+    if sold_as == GpuSale::Mig && (gpu.mig_enabled != Some(true) || slices == 0) {
+        return Err(AppError::invalid_field(
+            "sold_as",
+            "this GPU reports no MIG instances; turn MIG on and create instances on the host first",
+        ));
+    }
+    let held = rental_gpus::Entity::find()
+        .filter(rental_gpus::Column::PhysicalGpuId.eq(gpu.id))
+        .filter(rental_gpus::Column::Active.eq(true))
+        .filter(rental_gpus::Column::EndsAt.gt(now))
+        .one(&txn)
+        .await
+        .context("loading holds")?;
+    if held.is_some() {
+        return Err(AppError::conflict(format!(
+            "GPU {gpu_index} is rented or reserved; change how it is sold once its rentals have ended"
+        )));
+    }
+    let whole = sold_as == GpuSale::Whole;
+    gpus::Entity::update_many()
+        .col_expr(gpus::Column::ForSale, Expr::value(whole))
+        .col_expr(gpus::Column::UpdatedAt, Expr::value(now))
+        .filter(gpus::Column::Id.eq(gpu.id))
+        .exec(&txn)
+        .await
+        .context("saving sale")?;
+    gpus::Entity::update_many()
+        .col_expr(gpus::Column::ForSale, Expr::value(!whole))
+        .col_expr(gpus::Column::UpdatedAt, Expr::value(now))
+        .filter(gpus::Column::ParentId.eq(gpu.id))
+        .exec(&txn)
+        .await
+        .context("saving sale")?;
+    let stock_change = crate::stock::refresh_stock(&txn, host.id).await?;
+    txn.commit().await.context("committing sale")?;
+    stock_change.published(services);
+    tracing::info!(host.id = host.id, gpu.index = gpu_index, sold_as = sold_as.as_str(), "GPU sale changed");
+    Ok(())
+}
+
+/// How a physical GPU row is sold.
+pub(super) fn sale_of(gpu: &gpus::Model) -> GpuSale {
+    if gpu.for_sale { GpuSale::Whole } else { GpuSale::Mig }
+}
