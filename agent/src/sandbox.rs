@@ -429,11 +429,12 @@ impl SandboxRuntime {
 /// A MIG slice is reachable through `/dev/nvidia-caps` nodes of its GPU and compute instance;
 /// the sandbox binds the whole caps directory (what a whole GPU needs), through which a slice's
 /// workload could open every other slice of its GPU by changing `CUDA_VISIBLE_DEVICES`. Until
-/// the agent reads each instance's GI/CI ids and binds only its caps, a slice is refused here
-/// rather than run unisolated (the container runtime, whose NVIDIA toolkit binds the slice's
-/// caps alone, runs slices).
-fn refuse_mig_slices(spec: &AttachSpec) -> Result<(), String> {
-    if spec.gpu_uuids.iter().any(|u| u.starts_with("MIG-")) {
+/// the agent reads each instance's GI/CI ids and binds only its caps, a slice is refused where
+/// such a directory exists rather than run unisolated (the container runtime, whose NVIDIA
+/// toolkit binds the slice's caps alone, runs slices). Where it does not (simulated GPUs), no
+/// slice's caps can be reached and the slice runs.
+fn refuse_mig_slices(spec: &AttachSpec, caps_exist: bool) -> Result<(), String> {
+    if caps_exist && spec.gpu_uuids.iter().any(|u| u.starts_with("MIG-")) {
         return Err("MIG slices run in the container runtime only (this sandbox cannot yet give a workload one \
                     slice's /dev/nvidia-caps nodes alone)"
             .into());
@@ -486,7 +487,7 @@ impl Runtime for SandboxRuntime {
 
     fn command(&self, spec: &AttachSpec, dir: &Path) -> Result<Command, String> {
         let script = spec.command.as_deref().ok_or("this host runs commands, and the rental has no command")?;
-        refuse_mig_slices(spec)?;
+        refuse_mig_slices(spec, self.dev_root.join("nvidia-caps").exists())?;
         let uid = if self.own_uids {
             Some(rental_uid(spec.rental_id).ok_or("the rental id is out of the range of rental uids")?)
         } else {
@@ -684,7 +685,8 @@ mod tests {
             env: vec![],
             ssh_public_key: None,
         };
-        assert!(refuse_mig_slices(&spec(&["GPU-0"])).is_ok());
-        assert!(refuse_mig_slices(&spec(&["MIG-4f5e"])).unwrap_err().contains("container runtime"));
+        assert!(refuse_mig_slices(&spec(&["GPU-0"]), true).is_ok());
+        assert!(refuse_mig_slices(&spec(&["MIG-4f5e"]), true).unwrap_err().contains("container runtime"));
+        assert!(refuse_mig_slices(&spec(&["MIG-4f5e"]), false).is_ok(), "no caps nodes: nothing to reach");
     }
 }

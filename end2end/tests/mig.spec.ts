@@ -61,11 +61,12 @@ test("a provider sells a GPU as MIG slices and a renter rents a 1g.10gb slice", 
     await expect(host.getByTestId("listing-state")).toHaveText("listed on the market");
     await snap(host, "host-mig-slices");
 
-    // The renter asks for slices of one profile and finds two free.
+    // The renter asks for slices of one profile at this host's location and finds two free.
     await signIn(page, "renter@demo.cardpool.dev");
     await page.goto("/offers");
     await page.getByLabel("Unit").selectOption("slice");
     await page.getByLabel("MIG profile").fill("1g.10gb");
+    await page.getByLabel("Location").fill("Slice Lab");
     await page.getByRole("button", { name: "Search" }).click();
     await expect(page).toHaveURL(/unit=slice/);
     const offer = page.getByTestId("offer");
@@ -89,7 +90,7 @@ test("a provider sells a GPU as MIG slices and a renter rents a 1g.10gb slice", 
     await snap(page, "rental-mig-slice");
 
     // One slice rented: one left, and the GPU cannot be sold whole meanwhile.
-    await page.goto("/offers?unit=slice&mig_profile=1g.10gb");
+    await page.goto("/offers?unit=slice&mig_profile=1g.10gb&location=Slice+Lab");
     await expect(page.getByTestId("offer").getByTestId("offer-free")).toHaveText("1 free");
     await tile.getByRole("button", { name: "Sell whole" }).click();
     await expect(host.getByRole("alert").filter({ hasText: "is rented or reserved" })).toBeVisible();

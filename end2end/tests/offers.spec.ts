@@ -9,9 +9,10 @@ test("a visitor finds GPUs by filters that live in the URL", async ({ page }) =>
   await page.goto("/");
   await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Find GPUs" }).click();
   await expect(page.getByRole("heading", { name: "Find GPUs" })).toBeVisible();
-  // The demo's four simulated hosts report, get priced and listed within seconds of start.
-  await expect(page.getByTestId("offer")).toHaveCount(4, { timeout: 30_000 });
-  await expect(page.getByTestId("offer-count")).toContainText("4 offers");
+  // The demo's five simulated hosts report, get priced and listed within seconds of start:
+  // four sell whole GPUs, the Amsterdam one its H100s' MIG slices (three profiles).
+  await expect(page.getByTestId("offer")).toHaveCount(7, { timeout: 30_000 });
+  await expect(page.getByTestId("offer-count")).toContainText("7 offers");
   await snap(page, "offers");
 
   await page.getByLabel("Location").fill("DE");

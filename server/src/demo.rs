@@ -19,11 +19,19 @@ pub const DEMO_ACCOUNTS: [(&str, &str); 4] = [
 ];
 
 /// Simulated hosts: (provider, hostname, GPUs, location, on-demand $/GPU-h in micro-dollars).
-pub const DEMO_HOSTS: [(&str, &str, &str, &str, i64); 4] = [
+/// The Amsterdam host's H100s are cut into MIG instances and sold as slices.
+pub const DEMO_HOSTS: [(&str, &str, &str, &str, i64); 5] = [
     ("provider@demo.cardpool.dev", "fra-h100-01", "8xH100-80GB", "Frankfurt, DE", 2_490_000),
     ("provider@demo.cardpool.dev", "fra-l40s-01", "4xL40S-48GB", "Frankfurt, DE", 790_000),
     ("provider2@demo.cardpool.dev", "pdx-a100-01", "4xA100-80GB", "Oregon, US", 1_290_000),
     ("provider2@demo.cardpool.dev", "waw-4090-01", "2xRTX4090-24GB", "Warsaw, PL", 390_000),
+    (
+        "provider2@demo.cardpool.dev",
+        "ams-h100-mig",
+        "2xH100-80GB:mig=3g.40gb+2g.20gb+1g.10gb*2",
+        "Amsterdam, NL",
+        2_490_000,
+    ),
 ];
 
 /// Starts one in-process agent per demo host, dialling `server_url`. Each host's credential
@@ -138,23 +146,52 @@ async fn seed_money(services: &Services) -> AppResult<()> {
 }
 
 /// Prices a new demo host (reserved 20 % off, spot from 40 %) once its agent has reported its
-/// GPUs, and lists it, so the demo market has offers.
+/// GPUs, and lists it, so the demo market has offers. GPUs with MIG instances are sold as
+/// slices, each profile at its share of the GPU's price (compute slices out of seven, to the
+/// cent).
 async fn price_and_list(services: Services, provider: &'static str, host_id: i64, on_demand: i64) {
     let Ok(principal) = accounts::principal_for_email(&services, provider).await else { return };
     for _ in 0..60 {
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
         let Ok(detail) = hosts::get_host(&services, &principal, host_id).await else { return };
-        let Some(gpu) = detail.gpus.first() else { continue };
-        let price = cardpool_domain::host::GpuModelPrice {
-            gpu_model: gpu.model.clone(),
-            on_demand_micros: on_demand,
-            reserved_micros: on_demand / 5 * 4,
-            spot_min_bid_micros: on_demand / 5 * 2,
-        };
-        let priced = hosts::update_host_pricing(&services, &principal, host_id, &price).await;
-        if let Err(err) = priced.and(hosts::set_host_listed(&services, &principal, host_id, true).await) {
+        if detail.gpus.is_empty() {
+            continue;
+        }
+        if let Err(err) = sell_and_price(&services, &principal, &detail, on_demand).await {
             tracing::warn!(%err, host_id, "could not price the demo host");
         }
         return;
     }
+}
+
+async fn sell_and_price(
+    services: &Services,
+    principal: &Principal,
+    detail: &cardpool_domain::host::HostDetail,
+    on_demand: i64,
+) -> AppResult<()> {
+    use cardpool_domain::{host::GpuSale, offers::slice_unit};
+    let host_id = detail.host.id;
+    let mut units = std::collections::BTreeMap::new();
+    for gpu in &detail.gpus {
+        if gpu.mig_instances.is_empty() {
+            units.insert(gpu.model.clone(), on_demand);
+            continue;
+        }
+        hosts::set_gpu_sale(services, principal, host_id, gpu.index, GpuSale::Mig).await?;
+        for slice in &gpu.mig_instances {
+            let share = on_demand * i64::from(slice.compute_slices.clamp(1, 7)) / 7;
+            units.insert(slice_unit(&gpu.model, &slice.profile), share / 10_000 * 10_000);
+        }
+    }
+    for (gpu_model, on_demand) in units {
+        let price = cardpool_domain::host::GpuModelPrice {
+            gpu_model,
+            on_demand_micros: on_demand,
+            reserved_micros: on_demand / 5 * 4,
+            spot_min_bid_micros: on_demand / 5 * 2,
+        };
+        hosts::update_host_pricing(services, principal, host_id, &price).await?;
+    }
+    hosts::set_host_listed(services, principal, host_id, true).await
 }

@@ -250,7 +250,7 @@ async fn enroll_listed(
     islands: usize,
     mig: &[String],
 ) -> i64 {
-    use cardpool_protocol::{GpuInfo, HostFacts, Inventory, MigInstance, PROTOCOL_VERSION};
+    use cardpool_protocol::{GpuInfo, Inventory, MigInstance, PROTOCOL_VERSION};
     let token =
         crate::hosts::create_enrollment_token(services, provider, Some("Lab"), "http://x").await.expect("token");
     let enrolled = crate::hosts::enroll_host(services, &token.token, name).await.expect("enroll");
@@ -259,16 +259,7 @@ async fn enroll_listed(
     let island = |i: usize| i * islands.max(1) / gpus.max(1);
     let inventory = Inventory {
         protocol: PROTOCOL_VERSION,
-        host: HostFacts {
-            hostname: name.into(),
-            cpu_model: "EPYC".into(),
-            cpu_cores: 64,
-            ram_bytes: 1 << 39,
-            disk_bytes: 1 << 41,
-            os: "Debian".into(),
-            agent_version: "0.1.0".into(),
-            location: None,
-        },
+        host: host_facts(name),
         gpus: (0..gpus)
             .map(|i| GpuInfo {
                 index: i as u32,
@@ -314,4 +305,18 @@ async fn enroll_listed(
     crate::hosts::set_host_listed(services, provider, row.id, true).await.expect("list");
     crate::hosts::record_heartbeat(services, &row).await.expect("heartbeat");
     row.id
+}
+
+/// What the test hosts' agents report of their machine: 64 cores, 512 GiB of RAM, 2 TiB of disk.
+pub fn host_facts(hostname: &str) -> cardpool_protocol::HostFacts {
+    cardpool_protocol::HostFacts {
+        hostname: hostname.into(),
+        cpu_model: "EPYC".into(),
+        cpu_cores: 64,
+        ram_bytes: 1 << 39,
+        disk_bytes: 1 << 41,
+        os: "Debian".into(),
+        agent_version: "0.1.0".into(),
+        location: None,
+    }
 }

@@ -10,6 +10,7 @@ mod crash;
 mod http;
 mod limits;
 mod logs;
+mod mig;
 mod pages;
 mod payments;
 mod payouts;

@@ -10,7 +10,7 @@ use cardpool_domain::{
     offers::{OfferQuery, OfferUnit, slice_unit},
     rentals::BookOfferRequest,
 };
-use cardpool_protocol::{GpuInfo, HostFacts, Inventory, MigInstance, PROTOCOL_VERSION, ServerMessage};
+use cardpool_protocol::{GpuInfo, Inventory, MigInstance, PROTOCOL_VERSION, ServerMessage};
 use cardpool_service::{
     Settings, backend_tests, db,
     entities::{hosts as host_rows, rental_gpus},
@@ -169,16 +169,7 @@ async fn layout_changes_retire_slices(backend: Backend) {
     let host = host_rows::Entity::find_by_id(host_id).one(&services.db).await.unwrap().unwrap();
     let report = |instances: Vec<MigInstance>, mig: Option<bool>| Inventory {
         protocol: PROTOCOL_VERSION,
-        host: HostFacts {
-            hostname: "cut".into(),
-            cpu_model: "EPYC".into(),
-            cpu_cores: 64,
-            ram_bytes: 1 << 39,
-            disk_bytes: 1 << 41,
-            os: "Debian".into(),
-            agent_version: "0.1.0".into(),
-            location: None,
-        },
+        host: testing::host_facts("cut"),
         gpus: vec![GpuInfo {
             index: 0,
             uuid: "GPU-cut-0".into(),
@@ -236,4 +227,35 @@ async fn layout_changes_retire_slices(backend: Backend) {
     assert!(hosts::set_gpu_sale(&services, &stranger, host_id, 0, GpuSale::Whole).await.is_err());
 }
 
-backend_tests!(slices_are_sold_booked_and_never_meet_a_whole_gpu_hold, layout_changes_retire_slices);
+/// NVML reads power per GPU, not per MIG instance: a slice's energy is its compute share of
+/// its GPU's (3g.40gb: three sevenths), a whole GPU's all of it.
+async fn a_slice_uses_its_share_of_its_gpus_energy(backend: Backend) {
+    use crate::telemetry::{now_frames, run};
+    let (_db, services) = testing::services(backend, Settings::default()).await;
+    let provider = testing::provider(&services, "owner@example.com").await;
+    let host_id = testing::host(&services, &provider, "cut").gpus(2).mig(&LAYOUT).await;
+    let renter = testing::renter(&services, "renter@example.com").dollars(100).await;
+    hosts::set_gpu_sale(&services, &provider, host_id, 1, GpuSale::Mig).await.unwrap();
+    let big = slice_unit(MODEL, "3g.40gb");
+    let price = cardpool_domain::host::GpuModelPrice { gpu_model: big.clone(), ..slice_price() };
+    hosts::update_host_pricing(&services, &provider, host_id, &price).await.unwrap();
+    let whole = rentals::book_offer(&services, &renter, &request(host_id, 1)).await.unwrap();
+    let slice = BookOfferRequest { gpu_model: big, ..request(host_id, 1) };
+    let slice = rentals::book_offer(&services, &renter, &slice).await.unwrap();
+    assert_eq!((whole.gpu_indexes.as_slice(), slice.gpu_indexes.as_slice()), (&[0][..], &[1][..]));
+    run(&services, host_id, whole.id).await;
+    run(&services, host_id, slice.id).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    // Both GPUs at 300 W for the same second.
+    cardpool_service::telemetry::ingest(&services, host_id, 1, &now_frames(1, 1, 2, 90, 300_000), 0).await.unwrap();
+    let energy = cardpool_service::entities::rental_energy::Entity::find().all(&services.db).await.unwrap();
+    let of = |id: i64| energy.iter().find(|e| e.rental_id == id).map(|e| e.energy_mj).unwrap();
+    assert!(of(whole.id) > 0);
+    assert_eq!(of(slice.id), of(whole.id) * 3 / 7);
+}
+
+backend_tests!(
+    slices_are_sold_booked_and_never_meet_a_whole_gpu_hold,
+    layout_changes_retire_slices,
+    a_slice_uses_its_share_of_its_gpus_energy
+);

@@ -228,14 +228,14 @@ async fn booked(services: &Services, renter: &Principal, host: i64, gpus: u32, s
     rentals::book_offer(services, renter, &request).await.unwrap().id
 }
 
-async fn run(services: &Services, host: i64, rental: i64) {
+pub(crate) async fn run(services: &Services, host: i64, rental: i64) {
     for status in [WorkloadStatus::Provisioning, WorkloadStatus::Ready] {
         rentals::record_workload_status(services, host, rental, &status).await.unwrap();
     }
 }
 
 /// Frames stamped now, one a second up to now.
-fn now_frames(from: u64, count: u64, gpus: u32, util: u32, power_mw: u32) -> Vec<TelemetryFrame> {
+pub(crate) fn now_frames(from: u64, count: u64, gpus: u32, util: u32, power_mw: u32) -> Vec<TelemetryFrame> {
     let now = chrono::Utc::now().timestamp_millis();
     (0..count).map(|i| frame(from + i, now - (count - 1 - i) as i64 * 1000, gpus, util, power_mw)).collect()
 }
