@@ -201,6 +201,14 @@ pub enum Unit {
     Slice,
 }
 
+/// A host's interconnect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Link {
+    Infiniband,
+    Roce,
+    Ethernet,
+}
+
 #[derive(Debug, Args)]
 pub struct Offers {
     /// Exact GPU model, e.g. "NVIDIA H100 80GB HBM3" (the GPU column).
@@ -238,6 +246,12 @@ pub struct Offers {
     /// MIG slices of this profile only, e.g. 1g.10gb.
     #[arg(long)]
     pub mig_profile: Option<String>,
+    /// Hosts of this fabric only (as providers declare it), e.g. pdx-ib-1.
+    #[arg(long)]
+    pub fabric: Option<String>,
+    /// Hosts on this interconnect only.
+    #[arg(long, value_enum)]
+    pub interconnect: Option<Link>,
     #[arg(long)]
     pub page: Option<u32>,
     #[arg(long)]

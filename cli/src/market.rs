@@ -3,11 +3,14 @@
 
 use crate::{
     Ctx,
-    args::{Offers, Sort, Unit},
+    args::{Link, Offers, Sort, Unit},
     failure::Outcome,
     table,
 };
-use cardpool_domain::offers::{OfferPage, OfferQuery, OfferSort, OfferUnit};
+use cardpool_domain::{
+    fabric::Interconnect,
+    offers::{OfferPage, OfferQuery, OfferSort, OfferUnit},
+};
 
 pub fn query(args: &Offers) -> OfferQuery {
     OfferQuery {
@@ -32,6 +35,12 @@ pub fn query(args: &Offers) -> OfferQuery {
             Unit::Slice => OfferUnit::Slice,
         }),
         mig_profile: args.mig_profile.clone(),
+        fabric: args.fabric.clone(),
+        interconnect: args.interconnect.map(|i| match i {
+            Link::Infiniband => Interconnect::Infiniband,
+            Link::Roce => Interconnect::Roce,
+            Link::Ethernet => Interconnect::Ethernet,
+        }),
     }
 }
 

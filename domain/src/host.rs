@@ -168,6 +168,12 @@ pub struct HostDetail {
     /// The agent's latest self-test, and when it arrived.
     pub self_test: Option<cardpool_protocol::SelfTestReport>,
     pub self_test_at: Option<DateTime<Utc>>,
+    /// The fabric its provider declares, checked against the agent's links.
+    #[serde(default)]
+    pub fabric: Option<crate::fabric::FabricView>,
+    /// The physical links the agent reports.
+    #[serde(default)]
+    pub links: Vec<cardpool_protocol::NicInfo>,
 }
 
 /// Most a provider may ask per GPU-hour: $1,000.

@@ -9,6 +9,7 @@ pub mod account;
 pub mod admin;
 pub mod advisor;
 pub mod error;
+pub mod fabric;
 pub mod host;
 pub mod limits;
 pub mod money;

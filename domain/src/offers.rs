@@ -136,6 +136,11 @@ pub struct OfferQuery {
     pub unit: Option<OfferUnit>,
     /// Only MIG slices of this profile, e.g. "1g.10gb".
     pub mig_profile: Option<String>,
+    /// Only hosts of this fabric (as their providers declare it), e.g. "pdx-ib-1".
+    pub fabric: Option<String>,
+    /// Only hosts on this interconnect: infiniband, roce or ethernet.
+    #[serde(deserialize_with = "lenient::choice")]
+    pub interconnect: Option<crate::fabric::Interconnect>,
 }
 
 impl OfferQuery {
@@ -161,6 +166,8 @@ impl OfferQuery {
         push("verified", self.verified.filter(|v| *v).map(|_| "true".to_owned()));
         push("unit", self.unit.map(|u| u.as_str().to_owned()));
         push("mig_profile", self.mig_profile.clone());
+        push("fabric", self.fabric.clone());
+        push("interconnect", self.interconnect.map(|i| i.as_str().to_owned()));
         pairs.into_iter().map(|(k, v)| format!("{k}={}", percent_encode(&v))).collect::<Vec<_>>().join("&")
     }
 }
@@ -263,6 +270,9 @@ pub struct Offer {
     pub uptime_permille: u32,
     /// The host is verified by Cardpool's admins.
     pub verified: bool,
+    /// The host's fabric, as its provider declares it and its agent confirms (or not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric: Option<crate::fabric::FabricView>,
 }
 
 /// One spot clearing price, in force from `at` until the next.

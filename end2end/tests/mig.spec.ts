@@ -8,7 +8,8 @@ import { endRentalsAfterFailure, failOnCspViolations, hydrated, signIn, signUp, 
 // MIG slices as units of sale, in the browser: a provider's agent reports an H100 cut into
 // 3g.40gb + 2g.20gb + 1g.10gb ×2; the provider sells it as slices and prices each profile per
 // slice-hour; a renter finds a 1g.10gb slice among the offers, rents it, sees it run and stops
-// it. The host is taken off the market at the end (its agent stops), so the market is as it was.
+// it; the host's fabric, declared by its provider, shows on the offer. The host is taken off the
+// market at the end (its agent stops), so the market is as it was.
 const agentBin = process.env.CARDPOOL_AGENT_BIN ?? "../target/debug/cardpool-agent";
 const LAYOUT = "1xH100-80GB:mig=3g.40gb+2g.20gb+1g.10gb*2";
 const SLICE = "NVIDIA H100 80GB HBM3 MIG 1g.10gb";
@@ -59,6 +60,13 @@ test("a provider sells a GPU as MIG slices and a renter rents a 1g.10gb slice", 
     }
     await host.getByRole("button", { name: "List on the market" }).click();
     await expect(host.getByTestId("listing-state")).toHaveText("listed on the market");
+    // Its fabric, declared: this machine's agent reports no 400G InfiniBand link, so it shows
+    // as declared, not checked.
+    await host.getByLabel("Fabric id").fill("Slice-Lab-IB");
+    await host.getByLabel("Interconnect").selectOption("infiniband");
+    await host.getByLabel("Link speed (Gb/s)").fill("400");
+    await host.getByRole("button", { name: "Save fabric" }).click();
+    await expect(host.getByTestId("fabric-state")).toContainText("InfiniBand 400 Gb/s · fabric slice-lab-ib (declared)");
     await snap(host, "host-mig-slices");
 
     // The renter asks for slices of one profile at this host's location and finds two free.
@@ -75,6 +83,7 @@ test("a provider sells a GPU as MIG slices and a renter rents a 1g.10gb slice", 
     await expect(offer.getByTestId("offer-mig")).toHaveText("MIG slice 1g.10gb");
     await expect(offer.getByTestId("offer-free")).toHaveText("2 free");
     await expect(offer).toContainText("10 GiB per slice");
+    await expect(offer.getByTestId("fabric")).toContainText("fabric slice-lab-ib");
     await snap(page, "offers-mig");
 
     await offer.getByTestId("offer-rent").click();

@@ -27,6 +27,7 @@ mod m20261203_000017_limits_and_notifications;
 mod m20261204_000018_admin_rentals;
 mod m20261205_000019_gpu_mig;
 mod m20261206_000020_mig_slices;
+mod m20261206_000021_fabrics;
 
 pub struct Migrator;
 
@@ -54,6 +55,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261204_000018_admin_rentals::Migration),
             Box::new(m20261205_000019_gpu_mig::Migration),
             Box::new(m20261206_000020_mig_slices::Migration),
+            Box::new(m20261206_000021_fabrics::Migration),
         ]
     }
 }

@@ -12,7 +12,7 @@ pub mod tunnel;
 pub use tunnel::{ChannelTarget, Terminal};
 
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion { major: 1, minor: 5 };
+pub const PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion { major: 1, minor: 6 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProtocolVersion {
@@ -51,6 +51,24 @@ pub struct HostFacts {
     pub agent_version: String,
     /// Public location label chosen by the provider (e.g. "Frankfurt, DE").
     pub location: Option<String>,
+    /// The machine's physical network links (since 1.6; none from older agents), so the
+    /// server can check the fabric its provider declares.
+    #[serde(default)]
+    pub nics: Vec<NicInfo>,
+}
+
+/// One physical network link of the host: an InfiniBand or RoCE port, or an Ethernet NIC.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NicInfo {
+    /// The device and port (`mlx5_0/1`) or interface (`eth0`).
+    pub name: String,
+    /// `infiniband`, `roce` or `ethernet`.
+    pub link: String,
+    /// The link's speed, Mb/s, where the kernel says.
+    pub speed_mbps: Option<u32>,
+    /// Up (an active port, an interface with carrier).
+    pub up: bool,
 }
 
 /// One physical GPU (or the parent of its MIG instances).
@@ -129,7 +147,7 @@ mod tests {
     fn same_major_is_accepted_other_majors_refused_with_a_reason() {
         assert!(PROTOCOL_VERSION.check_peer(ProtocolVersion { major: 1, minor: 7 }).is_ok());
         let err = PROTOCOL_VERSION.check_peer(ProtocolVersion { major: 2, minor: 0 }).unwrap_err();
-        assert!(err.contains("2.0") && err.contains("1.5"), "{err}");
+        assert!(err.contains("2.0") && err.contains(&PROTOCOL_VERSION.to_string()), "{err}");
     }
 
     #[test]
@@ -145,6 +163,12 @@ mod tests {
                 os: "Debian 12".into(),
                 agent_version: "0.1.0".into(),
                 location: Some("Frankfurt, DE".into()),
+                nics: vec![NicInfo {
+                    name: "mlx5_0/1".into(),
+                    link: "infiniband".into(),
+                    speed_mbps: Some(400_000),
+                    up: true,
+                }],
             },
             gpus: vec![],
         };

@@ -12,6 +12,7 @@ use crate::{
     entities::spot_prices,
 };
 use cardpool_domain::{
+    fabric::{FabricView, Interconnect, MAX_FABRIC_ID_LEN},
     money::parse_dollars,
     offers::{
         MAX_MIG_PROFILE_LEN, Offer, OfferDetail, OfferPage, OfferQuery, OfferSort, OfferUnit, PricePoint, RentalKind,
@@ -54,6 +55,9 @@ struct Row {
     /// The latest spot clearing price, if spot ever cleared there.
     spot_price_micros: Option<i64>,
     verified_at: Option<DateTime<Utc>>,
+    fabric_id: Option<String>,
+    interconnect: Option<String>,
+    fabric_gbps: Option<i32>,
 }
 
 #[derive(Debug, FromQueryResult)]
@@ -77,6 +81,8 @@ struct Filters {
     verified: bool,
     unit: Option<OfferUnit>,
     mig_profile: Option<String>,
+    fabric: Option<String>,
+    interconnect: Option<Interconnect>,
 }
 
 /// Whether `query` is a search the market can run (the checks `list_offers` makes first).
@@ -117,6 +123,10 @@ fn validate(query: &OfferQuery) -> AppResult<Filters> {
     if mig_profile.is_some() && query.unit == Some(OfferUnit::Gpu) {
         fields.insert("mig_profile".into(), "a MIG profile names slices, not whole GPUs".into());
     }
+    let fabric = clean(&query.fabric).map(|f| f.to_lowercase());
+    if fabric.as_ref().is_some_and(|f| f.len() > MAX_FABRIC_ID_LEN) {
+        fields.insert("fabric".into(), format!("at most {MAX_FABRIC_ID_LEN} characters"));
+    }
     if query.min_vram_gib.is_some_and(|n| n > 4096) {
         fields.insert("min_vram_gib".into(), "at most 4096".into());
     }
@@ -141,6 +151,8 @@ fn validate(query: &OfferQuery) -> AppResult<Filters> {
         verified: query.verified == Some(true),
         unit: query.unit,
         mig_profile,
+        fabric,
+        interconnect: query.interconnect,
     })
 }
 
@@ -167,6 +179,15 @@ pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<O
     if filters.verified {
         conditions
             .push("EXISTS (SELECT 1 FROM hosts v WHERE v.id = s.host_id AND v.verified_at IS NOT NULL)".to_owned());
+    }
+    if let Some(fabric) = &filters.fabric {
+        let fabric = sql.bind(fabric.clone());
+        conditions.push(format!("EXISTS (SELECT 1 FROM hosts f WHERE f.id = s.host_id AND f.fabric_id = {fabric})"));
+    }
+    if let Some(interconnect) = filters.interconnect {
+        let interconnect = sql.bind(interconnect.as_str());
+        conditions
+            .push(format!("EXISTS (SELECT 1 FROM hosts f WHERE f.id = s.host_id AND f.interconnect = {interconnect})"));
     }
     if let Some(model) = &filters.gpu_model {
         conditions.push(format!("s.gpu_model = {}", sql.bind(model.clone())));
@@ -217,7 +238,8 @@ pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<O
         "SELECT page.*, (SELECT sp.price_micros FROM spot_prices sp WHERE sp.host_id = page.host_id \
          AND sp.gpu_model = page.gpu_model ORDER BY sp.at DESC, sp.id DESC LIMIT 1) AS spot_price_micros \
          FROM (SELECT s.host_id AS host_id, h.location AS location, h.facts AS facts, h.created_at AS created_at, \
-         h.verified_at AS verified_at, \
+         h.verified_at AS verified_at, h.fabric_id AS fabric_id, h.interconnect AS interconnect, \
+         h.fabric_gbps AS fabric_gbps, \
          s.gpu_model AS gpu_model, s.mig_profile AS mig_profile, s.gpus_free AS gpus_free, s.vram_bytes AS vram_bytes, \
          s.cuda_version AS cuda_version, s.driver_version AS driver_version, s.linked AS linked, \
          s.on_demand_micros AS on_demand_micros, s.reserved_micros AS reserved_micros, \
@@ -269,6 +291,12 @@ pub async fn list_offers(services: &Services, query: &OfferQuery) -> AppResult<O
                 interconnect: if row.linked >= 2 { "nvlink" } else { "pcie" }.to_owned(),
                 uptime_permille: uptimes.get(&row.host_id).copied().unwrap_or(0),
                 verified: row.verified_at.is_some(),
+                fabric: crate::hosts::declared_fabric(
+                    row.fabric_id.as_deref(),
+                    row.interconnect.as_deref(),
+                    row.fabric_gbps,
+                )
+                .map(|declared| FabricView::of(declared, facts.as_ref().map_or(&[][..], |f| &f.nics))),
             }
         })
         .collect();

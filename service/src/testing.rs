@@ -318,5 +318,6 @@ pub fn host_facts(hostname: &str) -> cardpool_protocol::HostFacts {
         os: "Debian".into(),
         agent_version: "0.1.0".into(),
         location: None,
+        nics: vec![],
     }
 }

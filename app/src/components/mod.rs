@@ -3,6 +3,7 @@
 pub mod advisor;
 pub mod bars;
 pub mod bundle;
+pub mod fabric;
 pub mod form;
 pub mod kit;
 pub mod layout;

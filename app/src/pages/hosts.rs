@@ -8,7 +8,8 @@ use crate::{
         session::RequireSignIn,
     },
     server_fns::hosts::{
-        CreateEnrollmentToken, RevokeHost, SetGpuSale, SetHostListed, UpdateHostPricing, get_host, list_hosts,
+        CreateEnrollmentToken, RevokeHost, SetGpuSale, SetHostFabric, SetHostListed, UpdateHostPricing, get_host,
+        list_hosts,
     },
 };
 use cardpool_domain::{
@@ -151,36 +152,38 @@ fn Host() -> impl IntoView {
     let pricing = ServerAction::<UpdateHostPricing>::new();
     let listing = ServerAction::<SetHostListed>::new();
     let sale = ServerAction::<SetGpuSale>::new();
+    let fabric = ServerAction::<SetHostFabric>::new();
     let tick = refresh_ticker();
     let detail = Resource::new(
         move || {
-            (
-                id(),
-                tick.get(),
-                revoke.version().get(),
-                pricing.version().get(),
-                listing.version().get(),
-                sale.version().get(),
-            )
+            let changes =
+                (pricing.version().get(), listing.version().get(), sale.version().get(), fabric.version().get());
+            (id(), tick.get(), revoke.version().get(), changes)
         },
         |(id, ..)| get_host(id),
     );
+    let actions = HostActions { revoke, pricing, listing, sale, fabric };
     view! {
-        <Await resource=detail loading="Loading host…" ready=move |detail| view! { <HostDetailView detail revoke pricing listing sale /> } />
+        <Await resource=detail loading="Loading host…" ready=move |detail| view! { <HostDetailView detail actions /> } />
         <div class="mt-6">
             <crate::components::telemetry::TelemetrySection scope=Signal::derive(move || cardpool_domain::telemetry::TelemetryScope::Host(id())) />
         </div>
     }
 }
 
-#[component]
-fn HostDetailView(
-    detail: HostDetail,
+/// What a provider can do on the host page.
+#[derive(Clone, Copy)]
+struct HostActions {
     revoke: ServerAction<RevokeHost>,
     pricing: ServerAction<UpdateHostPricing>,
     listing: ServerAction<SetHostListed>,
     sale: ServerAction<SetGpuSale>,
-) -> impl IntoView {
+    fabric: ServerAction<SetHostFabric>,
+}
+
+#[component]
+fn HostDetailView(detail: HostDetail, actions: HostActions) -> impl IntoView {
+    let HostActions { revoke, pricing, listing, sale, fabric } = actions;
     let host = detail.host;
     let revoked = host.status == HostStatus::Revoked;
     let models = units_sold(&detail.gpus);
@@ -215,6 +218,9 @@ fn HostDetailView(
             })}
             {(!revoked && !models.is_empty()).then(|| view! {
                 <PricingSection host_id=host.id listed=host.listed models=models.clone() prices=prices.clone() pricing listing />
+            })}
+            {(!revoked).then(|| view! {
+                <crate::components::fabric::FabricSection host_id=host.id fabric=detail.fabric.clone() links=detail.links.clone() action=fabric />
             })}
             <section class="card" aria-labelledby="gpus">
                 <h2 id="gpus" class="text-lg font-semibold text-slate-900">"GPUs"</h2>

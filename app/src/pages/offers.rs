@@ -10,7 +10,10 @@ use crate::{
     },
     server_fns::offers::list_offers,
 };
-use cardpool_domain::offers::{Offer, OfferPage, OfferQuery, OfferSort, OfferUnit, RentalKind, percent_encode};
+use cardpool_domain::{
+    fabric::Interconnect,
+    offers::{Offer, OfferPage, OfferQuery, OfferSort, OfferUnit, RentalKind, percent_encode},
+};
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::{hooks::use_query_map, params::ParamsMap};
@@ -37,6 +40,8 @@ fn query_from(map: &ParamsMap) -> OfferQuery {
             _ => None,
         }),
         mig_profile: text("mig_profile"),
+        fabric: text("fabric"),
+        interconnect: text("interconnect").and_then(|i| Interconnect::parse(&i)),
     }
 }
 
@@ -113,6 +118,17 @@ fn Filters(query: OfferQuery) -> impl IntoView {
                 </select>
             </div>
             {text("mig_profile", "MIG profile", query.mig_profile.clone(), "any, e.g. 1g.10gb")}
+            <div class="space-y-1">
+                <label for="filter-interconnect" class="block text-sm font-medium text-slate-800">"Interconnect"</label>
+                <select id="filter-interconnect" name="interconnect" class=INPUT>
+                    <option value="" selected=query.interconnect.is_none()>"Any"</option>
+                    {[Interconnect::Infiniband, Interconnect::Roce, Interconnect::Ethernet]
+                        .into_iter()
+                        .map(|i| view! { <option value=i.as_str() selected=Some(i) == query.interconnect>{i.label()}</option> })
+                        .collect_view()}
+                </select>
+            </div>
+            {text("fabric", "Fabric", query.fabric.clone(), "any, e.g. pdx-ib-1")}
             {text("location", "Location", query.location.clone(), "any, e.g. DE")}
             {text("min_cuda", "Min CUDA version", query.min_cuda.clone(), "any, e.g. 12.2")}
             <div class="space-y-1">
@@ -213,6 +229,7 @@ fn OfferCard(offer: Offer, kind: RentalKind) -> impl IntoView {
                     <Badge tone=Tone::Info testid="offer-mig">{format!("MIG slice {p}")}</Badge>
                 })}
                 {offer.verified.then(|| view! { <Badge tone=Tone::Good testid="offer-verified">"✓ Verified host"</Badge> })}
+                {offer.fabric.clone().map(|fabric| view! { <crate::components::fabric::FabricBadge fabric /> })}
                 <Badge tone=Tone::Info>{if offer.interconnect == "nvlink" { "NVLink" } else { "PCIe" }}</Badge>
                 <Badge tone=Tone::Neutral>{format!("CUDA {} · driver {}", offer.cuda_version, offer.driver_version)}</Badge>
                 <Badge tone=Tone::Neutral>{format!("{}.{}% uptime (7 d)", offer.uptime_permille / 10, offer.uptime_permille % 10)}</Badge>

@@ -78,3 +78,33 @@ pub async fn set_gpu_sale(id: i64, gpu_index: i32, sold_as: String) -> Result<()
     crate::ssr::signed_in(async |req, caller| hosts::set_gpu_sale(&req.services, &caller, id, gpu_index, sold_as).await)
         .await
 }
+
+/// Declares a host's fabric from the host page's form; an empty fabric id clears it.
+#[server(prefix = "/rpc", endpoint = "set_host_fabric", output = JsonOut)]
+pub async fn set_host_fabric(
+    id: i64,
+    fabric_id: String,
+    interconnect: String,
+    gbps: String,
+) -> Result<Option<cardpool_domain::fabric::FabricView>, AppError> {
+    use cardpool_domain::fabric::{HostFabric, Interconnect};
+    let fabric = if fabric_id.trim().is_empty() {
+        None
+    } else {
+        let mut fields = cardpool_domain::FieldErrors::new();
+        let interconnect = Interconnect::parse(&interconnect).unwrap_or_else(|| {
+            fields.insert("interconnect".into(), "InfiniBand, RoCE or Ethernet".into());
+            Interconnect::Ethernet
+        });
+        let gbps = gbps.trim().parse::<u32>().unwrap_or_else(|_| {
+            fields.insert("gbps".into(), "a whole number of Gb/s, e.g. 400".into());
+            0
+        });
+        if !fields.is_empty() {
+            return Err(AppError::invalid_fields(fields));
+        }
+        Some(HostFabric { fabric_id, interconnect, gbps })
+    };
+    crate::ssr::signed_in(async |req, caller| hosts::set_host_fabric(&req.services, &caller, id, fabric.as_ref()).await)
+        .await
+}

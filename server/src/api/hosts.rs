@@ -7,6 +7,7 @@ use axum::{
     http::{HeaderMap, StatusCode},
 };
 use cardpool_app::ssr::AppState;
+use cardpool_domain::fabric::{FabricView, SetHostFabricRequest};
 use cardpool_domain::{
     error::ErrorBody,
     host::{
@@ -28,6 +29,7 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(update_host_pricing))
         .routes(routes!(set_host_listed))
         .routes(routes!(set_gpu_sale))
+        .routes(routes!(set_host_fabric))
 }
 
 /// Creates a single-use enrollment token (valid one hour) and the command to run on the host.
@@ -123,4 +125,19 @@ pub async fn set_gpu_sale(
 ) -> ApiResult<StatusCode> {
     hosts::set_gpu_sale(&services, &caller, id.of("a host")?, request.gpu_index, request.sold_as).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Declares the network fabric of one of the caller's hosts (`{"fabric": null}` clears it):
+/// renters see it on offers, checked against the links the host's agent reports.
+#[utoipa::path(put, path = "/hosts/{id}/fabric", operation_id = "set_host_fabric", tag = "hosts",
+    params(("id" = i64, Path, description = "Host id")),
+    request_body = SetHostFabricRequest,
+    responses((status = 200, body = Option<FabricView>), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub async fn set_host_fabric(
+    Caller(services, caller): Caller,
+    id: PathId,
+    ApiJson(request): ApiJson<SetHostFabricRequest>,
+) -> ApiResult<Json<Option<FabricView>>> {
+    Ok(Json(hosts::set_host_fabric(&services, &caller, id.of("a host")?, request.fabric.as_ref()).await?))
 }

@@ -64,7 +64,12 @@ pub fn router() -> Router<AppState> {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Cardpool API", description = "The GPU marketplace's JSON API. Authenticate with a session cookie (browser) or `Authorization: Bearer <personal API token>`."),
-    components(schemas(ErrorBody, cardpool_domain::offers::OfferSort, cardpool_domain::offers::OfferUnit)),
+    components(schemas(
+        ErrorBody,
+        cardpool_domain::offers::OfferSort,
+        cardpool_domain::offers::OfferUnit,
+        cardpool_domain::fabric::Interconnect
+    )),
     modifiers(&SecuritySchemes),
     tags((name = "accounts", description = "Sign-up, sign-in and profile"), (name = "tokens", description = "Personal API tokens"), (name = "hosts", description = "Provider hosts and their agents"), (name = "offers", description = "Marketplace search"), (name = "payments", description = "Wallet, top-ups, earnings, payouts and admin credits"), (name = "rentals", description = "Booking and running rentals"), (name = "telemetry", description = "GPU telemetry, live feeds, fleet and alerts"), (name = "admin", description = "The admin console: accounts, host verification and delisting, suspensions, the audit log"), (name = "notifications", description = "Notifications, signed webhooks and spend limits"))
 )]

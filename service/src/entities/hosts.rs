@@ -30,6 +30,11 @@ pub struct Model {
     pub verified_at: Option<DateTimeUtc>,
     /// Why an admin took the host off the market; while set its provider cannot list it.
     pub held_reason: Option<String>,
+    /// The fabric its provider declares (see `hosts::fabric`): an id shared by the hosts that
+    /// reach each other over it, the interconnect and its speed.
+    pub fabric_id: Option<String>,
+    pub interconnect: Option<String>,
+    pub fabric_gbps: Option<i32>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -6,9 +6,12 @@
 //! a host id from the message. Heartbeats, the connection that owns a host, and going offline
 //! are in `liveness`; every transition is recorded in `host_events`.
 
+mod fabric;
 mod liveness;
 mod units;
 
+pub(crate) use fabric::declared as declared_fabric;
+pub use fabric::{fabric_view, links, set_host_fabric};
 pub use liveness::{
     connect_host, disconnect_host, is_connected_anywhere, mark_silent_hosts_offline, owns_connection,
     record_connection_heartbeat, record_heartbeat,
@@ -397,6 +400,8 @@ pub async fn get_host(services: &Services, principal: &Principal, host_id: i64) 
     Ok(HostDetail {
         self_test: host.self_test.as_deref().and_then(|r| serde_json::from_str(r).ok()),
         self_test_at: host.self_test_at,
+        fabric: fabric_view(&host),
+        links: links(&host),
         prices: prices.iter().map(price_dto).collect(),
         host: summary(&host, &host_gpus),
         gpus: host_gpus

@@ -25,6 +25,7 @@ fn inventory(uuids: &[&str]) -> Inventory {
             os: "Debian 12".into(),
             agent_version: "0.1.0".into(),
             location: None,
+            nics: vec![],
         },
         gpus: uuids
             .iter()

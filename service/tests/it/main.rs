@@ -7,6 +7,7 @@ mod accounts;
 mod admin;
 mod admin_rentals;
 mod advisor;
+mod fabric;
 mod fuzz_corpus;
 mod hosts;
 mod ledger;

@@ -57,6 +57,7 @@ async fn host(services: &Services, provider: &Principal, spec: Spec) -> i64 {
             os: "Debian 12".into(),
             agent_version: "0.1.0".into(),
             location: Some(spec.location.into()),
+            nics: vec![],
         },
         gpus: uuids
             .iter()
