@@ -86,6 +86,11 @@ pub fn slice_unit(gpu_model: &str, profile: &str) -> String {
     format!("{gpu_model} MIG {profile}")
 }
 
+/// The MIG profile of a unit named by [`slice_unit`] (`None` for a whole GPU's model).
+pub fn slice_profile(unit: &str) -> Option<&str> {
+    unit.rsplit_once(" MIG ").map(|(_, profile)| profile).filter(|p| !p.is_empty() && !p.contains(' '))
+}
+
 /// The longest MIG profile name a host may report (`7g.141gb` is 8).
 pub const MAX_MIG_PROFILE_LEN: usize = 32;
 
@@ -344,5 +349,18 @@ mod tests {
         for bad in ["", "x", "12.x", "-"] {
             assert_eq!(cuda_version_number(bad), None, "{bad}");
         }
+    }
+}
+
+#[cfg(test)]
+mod unit_tests {
+    use super::*;
+
+    #[test]
+    fn slice_units_name_their_profile() {
+        let unit = slice_unit("NVIDIA H100 80GB HBM3", "1g.10gb");
+        assert_eq!(unit, "NVIDIA H100 80GB HBM3 MIG 1g.10gb");
+        assert_eq!(slice_profile(&unit), Some("1g.10gb"));
+        assert_eq!(slice_profile("NVIDIA H100 80GB HBM3"), None);
     }
 }

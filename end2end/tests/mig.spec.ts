@@ -95,6 +95,8 @@ test("a provider sells a GPU as MIG slices and a renter rents a 1g.10gb slice", 
     const rental = page.url();
     await expect(page.getByTestId("rental-state")).toHaveText("Running", { timeout: 30_000 });
     await expect(page.getByText(SLICE).first()).toBeVisible();
+    await expect(page.getByTestId("rental-slice")).toContainText("1× 1g.10gb");
+    await expect(page.getByTestId("rental-slice")).toContainText("of GPU 0");
     await expect(page.getByTestId("rental-logs")).toContainText("standing in for: python finetune.py", { timeout: 15_000 });
     await snap(page, "rental-mig-slice");
 

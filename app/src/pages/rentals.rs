@@ -346,6 +346,8 @@ fn RentalDetailView(detail: RentalDetail, tick: RwSignal<u32>) -> impl IntoView 
     });
     let can_stop = matches!(rental.state, RentalState::Requested | RentalState::Provisioning | RentalState::Running);
     let spot_live = rental.kind == RentalKind::Spot && can_stop;
+    let slice = cardpool_domain::offers::slice_profile(&rental.gpu_model).map(str::to_owned);
+    let unit = if slice.is_some() { "slice" } else { "GPU" };
     let (at, under_way, labels) = steps(rental.state);
     let failed = matches!(rental.state, RentalState::Failed | RentalState::Interrupted | RentalState::Preempted);
     let workload = rental.workload.command.clone().or(rental.workload.image.clone()).unwrap_or_default();
@@ -402,13 +404,28 @@ fn RentalDetailView(detail: RentalDetail, tick: RwSignal<u32>) -> impl IntoView 
                 </div>
                 <div class="card">
                     <p class="text-sm text-slate-500">{if rental.kind == RentalKind::Spot { "Clearing price" } else { "Price" }}</p>
-                    <p class="mt-1 text-2xl font-semibold tabular-nums text-slate-900">{format!("{}/GPU-h", dollars(rental.price_micros))}</p>
-                    {rental.bid_micros.map(|b| view! { <p class="text-xs text-slate-500">{format!("Your bid: {}/GPU-h", dollars(b))}</p> })}
+                    <p class="mt-1 text-2xl font-semibold tabular-nums text-slate-900">{format!("{}/{unit}-h", dollars(rental.price_micros))}</p>
+                    {rental.bid_micros.map(|b| view! { <p class="text-xs text-slate-500">{format!("Your bid: {}/{unit}-h", dollars(b))}</p> })}
                 </div>
-                <div class="card">
-                    <p class="text-sm text-slate-500">"GPUs on the host"</p>
-                    <p class="mt-1 text-2xl font-semibold tabular-nums text-slate-900">{rental.gpu_indexes.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")}</p>
-                </div>
+                {match slice.clone() {
+                    None => view! {
+                        <div class="card">
+                            <p class="text-sm text-slate-500">"GPUs on the host"</p>
+                            <p class="mt-1 text-2xl font-semibold tabular-nums text-slate-900">{rental.gpu_indexes.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")}</p>
+                        </div>
+                    }.into_any(),
+                    Some(profile) => {
+                        let mut on = rental.gpu_indexes.clone();
+                        on.dedup();
+                        view! {
+                            <div class="card" data-testid="rental-slice">
+                                <p class="text-sm text-slate-500">"MIG slices"</p>
+                                <p class="mt-1 text-2xl font-semibold tabular-nums text-slate-900">{format!("{}× {profile}", rental.gpu_count)}</p>
+                                <p class="text-xs text-slate-500">{format!("of GPU {}: its own memory and compute. The charts below are the whole GPU's (NVML gives no per-slice figures); energy is your slices' share, compute slices out of seven.", on.iter().map(u32::to_string).collect::<Vec<_>>().join(", "))}</p>
+                            </div>
+                        }.into_any()
+                    }
+                }}
             </div>
             <div class="grid gap-6 lg:grid-cols-3">
                 <section class="card lg:col-span-2" aria-labelledby="timeline">
