@@ -133,7 +133,7 @@ impl Runtime for ContainerRuntime {
 
     fn command(&self, spec: &AttachSpec, dir: &Path) -> Result<Command, String> {
         let image = check_image(spec.image.as_deref().ok_or("the container runtime needs an image")?)?;
-        let (cpu_millis, memory, pids) = self.shares.for_gpus(spec.gpu_indexes.len());
+        let (cpu_millis, memory, pids) = self.shares.for_sevenths(u64::from(spec.sevenths()));
         let workspace = dir.join(WORKSPACE_DIR);
         std::fs::create_dir_all(&workspace).map_err(|e| format!("cannot create {}: {e}", workspace.display()))?;
         if nix::unistd::geteuid().is_root() {
@@ -280,6 +280,7 @@ mod tests {
             image: Some("nvcr.io/nvidia/pytorch:24.05-py3".into()),
             env: vec!["EPOCHS=3".into(), "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7".into()],
             ssh_public_key: None,
+            share_sevenths: None,
         }
     }
 

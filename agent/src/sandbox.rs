@@ -115,9 +115,15 @@ impl HostShares {
 
     /// `(cpu millicores, memory bytes, processes)` for a rental of `gpus` GPUs.
     pub fn for_gpus(&self, gpus: usize) -> (u64, u64, u64) {
-        let gpus = (gpus as u64).max(1);
-        let per = |total: u64| total / self.gpus.max(1) * gpus;
-        (per(self.cpu_millicores).max(100), per(self.ram_bytes), self.pids_per_gpu * gpus)
+        self.for_sevenths(gpus as u64 * 7)
+    }
+
+    /// The same for a share of GPUs in sevenths of a GPU (a MIG slice holds its compute
+    /// slices' sevenths), so slices of one GPU share that GPU's part of the host.
+    pub fn for_sevenths(&self, sevenths: u64) -> (u64, u64, u64) {
+        let sevenths = sevenths.max(1);
+        let per = |total: u64| total / self.gpus.max(1) * sevenths / 7;
+        (per(self.cpu_millicores).max(100), per(self.ram_bytes), (self.pids_per_gpu * sevenths / 7).max(1))
     }
 }
 
@@ -524,7 +530,7 @@ impl Runtime for SandboxRuntime {
         std::fs::write(notices.join(ENVIRONMENT_FILE), environment)
             .map_err(|e| format!("cannot write the environment: {e}"))?;
 
-        let (cpu_millis, memory, pids) = self.shares.for_gpus(spec.gpu_indexes.len());
+        let (cpu_millis, memory, pids) = self.shares.for_sevenths(u64::from(spec.sevenths()));
         let cgroup_procs = self.cgroups.create(spec.rental_id, (cpu_millis, memory, pids))?;
 
         // Root's part, before the sandbox: join the rental's cgroups, open the status file,
@@ -684,9 +690,19 @@ mod tests {
             image: None,
             env: vec![],
             ssh_public_key: None,
+            share_sevenths: None,
         };
         assert!(refuse_mig_slices(&spec(&["GPU-0"]), true).is_ok());
         assert!(refuse_mig_slices(&spec(&["MIG-4f5e"]), true).unwrap_err().contains("container runtime"));
         assert!(refuse_mig_slices(&spec(&["MIG-4f5e"]), false).is_ok(), "no caps nodes: nothing to reach");
+    }
+
+    #[test]
+    fn slices_share_their_gpus_part_of_the_host() {
+        let shares = HostShares::new(56_000, 56 << 30, 8);
+        assert_eq!(shares.for_gpus(2), shares.for_sevenths(14));
+        assert_eq!(shares.for_gpus(1), (7_000, 7 << 30, PIDS_PER_GPU));
+        // A 3g slice: three sevenths of one GPU's part.
+        assert_eq!(shares.for_sevenths(3), (3_000, 3 << 30, PIDS_PER_GPU * 3 / 7));
     }
 }

@@ -86,6 +86,12 @@ pub fn slice_unit(gpu_model: &str, profile: &str) -> String {
     format!("{gpu_model} MIG {profile}")
 }
 
+/// A MIG profile's compute slices out of a GPU's seven (`3g.40gb` → 3; 1 when the name does
+/// not say): a slice's share of its GPU's power, and of its host's CPU and memory.
+pub fn profile_sevenths(profile: &str) -> u32 {
+    profile.split_once('g').and_then(|(n, _)| n.parse::<u32>().ok()).unwrap_or(1).clamp(1, 7)
+}
+
 /// The MIG profile of a unit named by [`slice_unit`] (`None` for a whole GPU's model).
 pub fn slice_profile(unit: &str) -> Option<&str> {
     unit.rsplit_once(" MIG ").map(|(_, profile)| profile).filter(|p| !p.is_empty() && !p.contains(' '))

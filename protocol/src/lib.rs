@@ -410,6 +410,18 @@ pub struct AttachSpec {
     /// `NAME=value` pairs.
     pub env: Vec<String>,
     pub ssh_public_key: Option<String>,
+    /// The share of GPUs held, in sevenths of a GPU: 7 a whole GPU, a MIG slice its compute
+    /// slices (since 1.6; absent, every index is a whole GPU). The host's CPU, memory and
+    /// processes are shared out by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_sevenths: Option<u32>,
+}
+
+impl AttachSpec {
+    /// The share of GPUs held, in sevenths of a GPU.
+    pub fn sevenths(&self) -> u32 {
+        self.share_sevenths.unwrap_or(self.gpu_indexes.len() as u32 * 7)
+    }
 }
 
 /// A workload's state as the agent sees it.

@@ -25,6 +25,7 @@ fn spec(rental_id: i64, gpu: u32, command: &str, env: &[&str]) -> AttachSpec {
         image: None,
         env: env.iter().map(|e| (*e).to_owned()).collect(),
         ssh_public_key: None,
+        share_sevenths: None,
     }
 }
 

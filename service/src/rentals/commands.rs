@@ -7,7 +7,10 @@ use crate::{
     db::DbResultExt,
     entities::{gpus, rental_gpus, rentals},
 };
-use cardpool_domain::rentals::{RentalState, Workload};
+use cardpool_domain::{
+    offers::profile_sevenths,
+    rentals::{RentalState, Workload},
+};
 use cardpool_protocol::{AttachSpec, ServerMessage};
 use chrono::{Duration, Utc};
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
@@ -62,6 +65,7 @@ pub async fn commands_for_host(
             image: workload.image.filter(|i| !i.trim().is_empty()),
             env: workload.env,
             ssh_public_key: workload.ssh_public_key.filter(|k| !k.trim().is_empty()),
+            share_sevenths: Some(mine.iter().map(|g| g.mig_profile.as_deref().map_or(7, profile_sevenths)).sum()),
         }));
     }
     for rental in &live {

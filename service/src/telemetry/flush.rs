@@ -14,7 +14,7 @@ use crate::{
     alerts::LiveRental,
     db::{DbResultExt, Sql},
 };
-use cardpool_domain::rentals::RentalState;
+use cardpool_domain::{offers::profile_sevenths, rentals::RentalState};
 use chrono::{DateTime, TimeZone, Utc};
 use sea_orm::{ConnectionTrait, DbBackend, FromQueryResult, Statement};
 use std::{
@@ -368,14 +368,9 @@ pub(super) async fn live_rentals(
                 billing_ends_at: r.billing_ends_at,
                 stop_when_idle: r.stop_when_idle,
                 running: r.state == RentalState::Running.as_str(),
-                sevenths: r.mig_profile.as_deref().map_or(7, compute_sevenths),
+                sevenths: r.mig_profile.as_deref().map_or(7, |p| profile_sevenths(p) as u8),
             });
         }
     }
     Ok(live)
-}
-
-/// A MIG profile's compute slices out of seven (`3g.40gb` → 3); 1 when the name does not say.
-fn compute_sevenths(profile: &str) -> u8 {
-    profile.split_once('g').and_then(|(n, _)| n.parse::<u8>().ok()).unwrap_or(1).clamp(1, 7)
 }

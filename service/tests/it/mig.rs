@@ -95,6 +95,7 @@ async fn slices_are_sold_booked_and_never_meet_a_whole_gpu_hold(backend: Backend
         .expect("an attach for the slice rental");
     assert_eq!(attach.gpu_uuids, vec!["MIG-cut-1-2".to_owned(), "MIG-cut-1-3".to_owned()]);
     assert_eq!(attach.gpu_indexes, vec![1, 1]);
+    assert_eq!(attach.sevenths(), 2, "two 1g slices: two sevenths of a GPU's share of the host");
     assert_eq!(wallet(&services, &renter).await, before, "nothing is charged before the workload is ready");
 
     // Sold out: no third 1g.10gb; the GPU cannot be re-cut or sold whole while rented.
