@@ -58,6 +58,9 @@ test("a provider sells a GPU as MIG slices and a renter rents a 1g.10gb slice", 
       await form.getByRole("button", { name: "Save prices" }).click();
       await expect(host.getByText("Prices saved.")).toBeVisible();
     }
+    // Listing checks every unit's price: wait until all three are stored.
+    const api = host.url().replace("/provider/hosts/", "/api/v1/hosts/");
+    await expect.poll(async () => (await (await host.request.get(api)).json()).prices.length).toBe(3);
     await host.getByRole("button", { name: "List on the market" }).click();
     await expect(host.getByTestId("listing-state")).toHaveText("listed on the market");
     // Its fabric, declared: this machine's agent reports no 400G InfiniBand link, so it shows
