@@ -53,10 +53,13 @@ pub const MAX_FABRIC_GBPS: u32 = 6_400;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HostFabric {
-    /// Shared by the hosts that reach each other over it: lowercase letters, digits, `.`, `_`, `-`.
+    /// Shared by the hosts that reach each other over it: letters (stored lowercase), digits,
+    /// `.`, `_`, `-`.
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9._-]+$"))]
     pub fabric_id: String,
     pub interconnect: Interconnect,
     /// The host's link speed on it, Gb/s.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 6400))]
     pub gbps: u32,
 }
 
