@@ -259,6 +259,7 @@ pub async fn record_inventory(services: &Services, host: &hosts::Model, inventor
     for gpu in &inventory.gpus {
         units::check_reported(gpu)?;
     }
+    units::check_distinct(&inventory.gpus)?;
     let now = Utc::now();
     let txn = services.begin_write().await.context("starting inventory update")?;
     let facts = serde_json::to_string(&inventory.host).map_err(|_| AppError::Internal)?;

@@ -48,6 +48,19 @@ pub(super) fn check_reported(gpu: &GpuInfo) -> AppResult<()> {
     Ok(())
 }
 
+/// Refuses a report that names one UUID twice (two GPUs, two slices, or a GPU and a slice):
+/// GPUs and slices are matched by UUID.
+pub(super) fn check_distinct(gpus: &[GpuInfo]) -> AppResult<()> {
+    let mut uuids: Vec<&str> = gpus
+        .iter()
+        .flat_map(|g| std::iter::once(g.uuid.as_str()).chain(g.mig_instances.iter().map(|m| m.uuid.as_str())))
+        .collect();
+    let count = uuids.len();
+    uuids.sort_unstable();
+    uuids.dedup();
+    if uuids.len() == count { Ok(()) } else { Err(AppError::invalid_field("gpus", "a GPU or MIG uuid appears twice")) }
+}
+
 /// Stores the slices `reported` says `parent` holds now, matched by UUID, each at the slot of
 /// its place in the layout; the UUIDs it stored are pushed to `seen` (what is not seen is
 /// marked missing by the caller). A slice is for sale when its GPU is sold as MIG.

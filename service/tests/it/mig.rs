@@ -206,6 +206,8 @@ async fn layout_changes_retire_slices(backend: Backend) {
     // A MIG UUID that repeats the GPU's own, or a profile that is no profile, changes nothing.
     let confused = report(vec![instance("GPU-cut-0", "1g.10gb", 10)], Some(true));
     assert!(hosts::record_inventory(&services, &host, &confused).await.is_err());
+    let twice = report(vec![instance("MIG-twin", "1g.10gb", 10), instance("MIG-twin", "1g.10gb", 10)], Some(true));
+    assert!(hosts::record_inventory(&services, &host, &twice).await.unwrap_err().field("gpus").is_some());
     let odd = report(vec![instance("MIG-x", "1g 10gb; --", 10)], Some(true));
     assert!(hosts::record_inventory(&services, &host, &odd).await.unwrap_err().field("mig_instances").is_some());
     rentals::stop_rental(&services, &renter, slice.id).await.unwrap();
