@@ -9,7 +9,7 @@ use crate::{
     gpu::GpuSource,
     host,
     runtime::{Runtimes, WorkloadMode},
-    sandbox::HostShares,
+    shares::HostShares,
     state::AgentState,
     supervisor::{StatusUpdate, Supervisor},
     telemetry::{self, FRAMES_PER_MESSAGE, IN_FLIGHT_FRAMES, TelemetryBuffer},

@@ -10,6 +10,7 @@ pub mod logs;
 pub mod runtime;
 pub mod sandbox;
 pub mod selftest;
+pub mod shares;
 pub mod state;
 pub mod supervisor;
 pub mod telemetry;

@@ -15,7 +15,10 @@
 //! (`CARDPOOL_PREEMPT_NOTICE_FILE`): a file in the rental's `cardpool/` directory, which the
 //! agent owns and the workload sees read-only, so it cannot redirect the agent's write.
 
-use crate::sandbox::{HostShares, SandboxRuntime, WORKSPACE_DIR};
+use crate::{
+    sandbox::{SandboxRuntime, WORKSPACE_DIR},
+    shares::HostShares,
+};
 use cardpool_protocol::{AttachSpec, SelfTestCheck};
 use nix::sys::signal::Signal;
 use std::{

@@ -22,7 +22,10 @@
 //! Stopping a sandbox kills its pid namespace's init, which takes every process inside with
 //! it, `setsid` and double forks included.
 
-use crate::runtime::{NOTICE_DIR, NOTICE_FILE, Runtime, rental_env};
+use crate::{
+    runtime::{NOTICE_DIR, NOTICE_FILE, Runtime, rental_env},
+    shares::HostShares,
+};
 use cardpool_protocol::AttachSpec;
 use nix::sys::signal::Signal;
 use std::{
@@ -88,43 +91,12 @@ const FIREWALL_FILE: &str = "firewall.nft";
 const RENTAL_UID_BASE: u32 = 1_500_000_000;
 /// The uid and gid the workload sees inside its sandbox.
 const INSIDE_ID: &str = "1000";
-/// Processes (and threads) one rental may have per GPU.
-const PIDS_PER_GPU: u64 = 4096;
 /// Driver nodes every CUDA process needs, beside its GPUs' `/dev/nvidiaN`.
 const CONTROL_NODES: [&str; 5] = ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset", "nvidia-caps"];
 
 /// The host uid a rental's processes run as, when the agent can switch users.
 pub fn rental_uid(rental_id: i64) -> Option<u32> {
     u32::try_from(rental_id).ok().and_then(|id| RENTAL_UID_BASE.checked_add(id)).filter(|uid| *uid < u32::MAX - 1)
-}
-
-/// One rental's share of the host, from its number of GPUs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HostShares {
-    pub cpu_millicores: u64,
-    pub ram_bytes: u64,
-    pub gpus: u64,
-    /// Processes per GPU; [`HostShares::new`] gives 4096.
-    pub pids_per_gpu: u64,
-}
-
-impl HostShares {
-    pub fn new(cpu_millicores: u64, ram_bytes: u64, gpus: u64) -> HostShares {
-        HostShares { cpu_millicores, ram_bytes, gpus, pids_per_gpu: PIDS_PER_GPU }
-    }
-
-    /// `(cpu millicores, memory bytes, processes)` for a rental of `gpus` GPUs.
-    pub fn for_gpus(&self, gpus: usize) -> (u64, u64, u64) {
-        self.for_sevenths(gpus as u64 * 7)
-    }
-
-    /// The same for a share of GPUs in sevenths of a GPU (a MIG slice holds its compute
-    /// slices' sevenths), so slices of one GPU share that GPU's part of the host.
-    pub fn for_sevenths(&self, sevenths: u64) -> (u64, u64, u64) {
-        let sevenths = sevenths.max(1);
-        let per = |total: u64| total / self.gpus.max(1) * sevenths / 7;
-        (per(self.cpu_millicores).max(100), per(self.ram_bytes), (self.pids_per_gpu * sevenths / 7).max(1))
-    }
 }
 
 /// Where cgroups can be created for rentals, if anywhere.
@@ -695,14 +667,5 @@ mod tests {
         assert!(refuse_mig_slices(&spec(&["GPU-0"]), true).is_ok());
         assert!(refuse_mig_slices(&spec(&["MIG-4f5e"]), true).unwrap_err().contains("container runtime"));
         assert!(refuse_mig_slices(&spec(&["MIG-4f5e"]), false).is_ok(), "no caps nodes: nothing to reach");
-    }
-
-    #[test]
-    fn slices_share_their_gpus_part_of_the_host() {
-        let shares = HostShares::new(56_000, 56 << 30, 8);
-        assert_eq!(shares.for_gpus(2), shares.for_sevenths(14));
-        assert_eq!(shares.for_gpus(1), (7_000, 7 << 30, PIDS_PER_GPU));
-        // A 3g slice: three sevenths of one GPU's part.
-        assert_eq!(shares.for_sevenths(3), (3_000, 3 << 30, PIDS_PER_GPU * 3 / 7));
     }
 }

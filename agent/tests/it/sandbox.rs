@@ -5,7 +5,8 @@
 
 use cardpool_agent::{
     runtime::Runtime,
-    sandbox::{HostShares, SandboxRuntime, arguments, host_processes, rental_uid},
+    sandbox::{SandboxRuntime, arguments, host_processes, rental_uid},
+    shares::HostShares,
     state::{self, AgentState},
     supervisor::{StatusUpdate, Supervisor},
 };

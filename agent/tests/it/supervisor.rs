@@ -4,7 +4,8 @@
 use cardpool_agent::{
     logs::LOG_FILE,
     runtime::{Runtime, SimulatedRuntime},
-    sandbox::{HostShares, SandboxRuntime},
+    sandbox::SandboxRuntime,
+    shares::HostShares,
     supervisor::{STOP_GRACE, StatusUpdate, Supervisor},
 };
 use cardpool_protocol::{AttachSpec, WorkloadStatus};
