@@ -284,6 +284,7 @@ mod tests {
             env: vec!["EPOCHS=3".into(), "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7".into()],
             ssh_public_key: None,
             share_sevenths: None,
+            gang: None,
         }
     }
 

@@ -663,6 +663,7 @@ mod tests {
             env: vec![],
             ssh_public_key: None,
             share_sevenths: None,
+            gang: None,
         };
         assert!(refuse_mig_slices(&spec(&["GPU-0"]), true).is_ok());
         assert!(refuse_mig_slices(&spec(&["MIG-4f5e"]), true).unwrap_err().contains("container runtime"));

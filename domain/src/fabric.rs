@@ -61,6 +61,11 @@ pub struct HostFabric {
     /// The host's link speed on it, Gb/s.
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 6400))]
     pub gbps: u32,
+    /// The host's IP address on the fabric, where gang members on the fabric's other hosts
+    /// reach it; a host without one is not offered to gangs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(max_length = 45))]
+    pub address: Option<String>,
 }
 
 impl HostFabric {
@@ -78,8 +83,17 @@ impl HostFabric {
         if self.gbps == 0 || self.gbps > MAX_FABRIC_GBPS {
             fields.insert("gbps".into(), format!("between 1 and {MAX_FABRIC_GBPS} Gb/s"));
         }
+        let address = self.address.as_deref().map(str::trim).filter(|a| !a.is_empty());
+        let address = match address.map(|a| a.parse::<std::net::IpAddr>()) {
+            None => None,
+            Some(Ok(ip)) if !ip.is_loopback() && !ip.is_unspecified() && !ip.is_multicast() => Some(ip.to_string()),
+            Some(_) => {
+                fields.insert("address".into(), "the host's IP address on the fabric, e.g. 10.8.0.11".into());
+                None
+            }
+        };
         if fields.is_empty() {
-            Ok(HostFabric { fabric_id: id, ..self.clone() })
+            Ok(HostFabric { fabric_id: id, address, ..self.clone() })
         } else {
             Err(AppError::invalid_fields(fields))
         }
@@ -100,6 +114,9 @@ pub struct FabricView {
     pub fabric_id: String,
     pub interconnect: Interconnect,
     pub gbps: u32,
+    /// Where gang members reach the host on the fabric.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
     /// `true` when the agent reports an up link of this interconnect at least this fast;
     /// `false` when it reports its links and none is; `None` when it reports none (an agent
     /// older than protocol 1.6, or a machine whose kernel shows no links).
@@ -115,7 +132,13 @@ impl FabricView {
                     && l.speed_mbps.is_some_and(|m| u64::from(m) >= u64::from(declared.gbps) * 1000)
             })
         });
-        FabricView { fabric_id: declared.fabric_id, interconnect: declared.interconnect, gbps: declared.gbps, checked }
+        FabricView {
+            fabric_id: declared.fabric_id,
+            interconnect: declared.interconnect,
+            gbps: declared.gbps,
+            address: declared.address,
+            checked,
+        }
     }
 
     /// "InfiniBand 400 Gb/s".
@@ -129,7 +152,7 @@ mod tests {
     use super::*;
 
     fn ib(gbps: u32) -> HostFabric {
-        HostFabric { fabric_id: "pdx-ib-1".into(), interconnect: Interconnect::Infiniband, gbps }
+        HostFabric { fabric_id: "pdx-ib-1".into(), interconnect: Interconnect::Infiniband, gbps, address: None }
     }
 
     #[test]
@@ -163,5 +186,12 @@ mod tests {
         assert!(HostFabric { fabric_id: String::new(), ..ib(400) }.checked().is_err());
         assert!(ib(0).checked().unwrap_err().field("gbps").is_some());
         assert!(ib(MAX_FABRIC_GBPS + 1).checked().is_err());
+        let at = |a: &str| HostFabric { address: Some(a.into()), ..ib(400) }.checked();
+        assert_eq!(at(" 10.8.0.11 ").unwrap().address.as_deref(), Some("10.8.0.11"));
+        assert_eq!(at("fd00::0011").unwrap().address.as_deref(), Some("fd00::11"));
+        assert_eq!(at("").unwrap().address, None, "empty: no address");
+        for bad in ["127.0.0.1", "0.0.0.0", "224.0.0.1", "gpu-node-1", "10.8.0.300"] {
+            assert!(at(bad).unwrap_err().field("address").is_some(), "{bad}");
+        }
     }
 }

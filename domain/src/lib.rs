@@ -10,6 +10,7 @@ pub mod admin;
 pub mod advisor;
 pub mod error;
 pub mod fabric;
+pub mod gangs;
 pub mod host;
 pub mod limits;
 pub mod money;

@@ -100,8 +100,8 @@ pub fn slice_profile(unit: &str) -> Option<&str> {
 /// The longest MIG profile name a host may report (`7g.141gb` is 8).
 pub const MAX_MIG_PROFILE_LEN: usize = 32;
 
-/// Search filters, as they appear in the query string (all optional; empty means "any", so a
-/// plain HTML form's empty fields are fine).
+/// Search filters, as they appear in the query string (all optional: an absent filter means
+/// "any"; a filter given empty is malformed, like any value the document does not allow).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::IntoParams, utoipa::ToSchema))]
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
@@ -139,7 +139,7 @@ pub struct OfferQuery {
     /// Only this host's offers.
     #[serde(deserialize_with = "lenient::number")]
     pub host_id: Option<i64>,
-    /// Only hosts verified by Cardpool's admins (`true`; a form's checkbox sends `on`).
+    /// Only hosts verified by Cardpool's admins (`true`).
     #[serde(deserialize_with = "lenient::flag")]
     pub verified: Option<bool>,
     /// Whole GPUs (`gpu`) or MIG slices (`slice`) only; both when absent.
@@ -193,7 +193,10 @@ pub fn percent_encode(raw: &str) -> String {
         .collect()
 }
 
-/// Query-string friendly deserializers: empty means absent; numbers may arrive as text.
+/// Query-string deserializers: a query string carries numbers and flags as text, so they are
+/// parsed here, exactly as the OpenAPI document states them. A parameter given empty
+/// (`?sort=`) is refused like any other malformed value, not taken as absent: a client that
+/// sends one has a bug worth hearing about, and the document says the value is an enum.
 mod lenient {
     use serde::{Deserialize, Deserializer, de::Error};
 
@@ -213,9 +216,8 @@ mod lenient {
         match Option::<Raw>::deserialize(d)? {
             None => Ok(None),
             Some(Raw::Number(n)) => T::try_from(n).map(Some).map_err(D::Error::custom),
-            Some(Raw::Text(t)) if t.trim().is_empty() => Ok(None),
             Some(Raw::Text(t)) => {
-                t.trim().parse().map(Some).map_err(|_| D::Error::custom(format!("{t:?} is not a whole number")))
+                t.parse().map(Some).map_err(|_| D::Error::custom(format!("{t:?} is not a whole number")))
             }
         }
     }
@@ -230,10 +232,9 @@ mod lenient {
         match Option::<Flag>::deserialize(d)? {
             None => Ok(None),
             Some(Flag::Bool(b)) => Ok(Some(b)),
-            Some(Flag::Text(t)) => match t.trim() {
-                "" => Ok(None),
-                "true" | "on" | "1" => Ok(Some(true)),
-                "false" | "off" | "0" => Ok(Some(false)),
+            Some(Flag::Text(t)) => match t.as_str() {
+                "true" => Ok(Some(true)),
+                "false" => Ok(Some(false)),
                 other => Err(D::Error::custom(format!("{other:?} is not true or false"))),
             },
         }
@@ -242,7 +243,6 @@ mod lenient {
     pub fn choice<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
         match Option::<String>::deserialize(d)? {
             None => Ok(None),
-            Some(t) if t.trim().is_empty() => Ok(None),
             Some(t) => T::deserialize(serde::de::value::StringDeserializer::<D::Error>::new(t)).map(Some),
         }
     }
@@ -331,9 +331,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn queries_parse_from_forms_and_round_trip() {
+    fn queries_parse_from_text_and_round_trip() {
         let q: OfferQuery = serde_json::from_value(serde_json::json!({
-            "min_gpus": "2", "min_vram_gib": "", "kind": "spot", "sort": "", "page": 3, "location": "DE"
+            "min_gpus": "2", "kind": "spot", "page": 3, "location": "DE", "verified": "true"
         }))
         .unwrap();
         assert_eq!(q.min_gpus, Some(2));
@@ -341,9 +341,19 @@ mod tests {
         assert_eq!(q.kind, Some(RentalKind::Spot));
         assert_eq!(q.sort, None);
         assert_eq!(q.page, Some(3));
-        assert_eq!(q.to_query_string(), "min_gpus=2&kind=spot&location=DE&page=3");
-        assert!(serde_json::from_value::<OfferQuery>(serde_json::json!({"min_gpus": "two"})).is_err());
-        assert!(serde_json::from_value::<OfferQuery>(serde_json::json!({"kind": "free"})).is_err());
+        assert_eq!(q.verified, Some(true));
+        assert_eq!(q.to_query_string(), "min_gpus=2&kind=spot&location=DE&page=3&verified=true");
+        for bad in [
+            serde_json::json!({"min_gpus": "two"}),
+            serde_json::json!({"kind": "free"}),
+            serde_json::json!({"sort": ""}),
+            serde_json::json!({"min_vram_gib": ""}),
+            serde_json::json!({"min_gpus": " 2"}),
+            serde_json::json!({"verified": "on"}),
+            serde_json::json!({"unit": " "}),
+        ] {
+            assert!(serde_json::from_value::<OfferQuery>(bad.clone()).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -67,14 +67,15 @@ impl RentalState {
         matches!(self, RentalState::Ended | RentalState::Preempted | RentalState::Failed | RentalState::Interrupted)
     }
 
-    /// The edges of the state machine.
+    /// The edges of the state machine (a workload that finishes on its own ends its rental
+    /// from provisioning or running).
     pub fn can_become(self, next: RentalState) -> bool {
         use RentalState::*;
         matches!(
             (self, next),
             (Requested, Provisioning | Stopping | Ended | Failed | Interrupted | Preempting)
-                | (Provisioning, Running | Stopping | Failed | Interrupted | Preempting)
-                | (Running, Stopping | Failed | Interrupted | Preempting)
+                | (Provisioning, Running | Stopping | Ended | Failed | Interrupted | Preempting)
+                | (Running, Stopping | Ended | Failed | Interrupted | Preempting)
                 | (Preempting, Preempted | Failed | Interrupted)
                 | (Stopping, Ended | Failed | Interrupted)
         )
@@ -177,6 +178,11 @@ pub struct Rental {
     #[serde(default)]
     pub limits: RentalLimits,
     pub created_at: chrono::DateTime<chrono::Utc>,
+    /// The gang this rental is a member of, and its rank there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gang_id: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gang_rank: Option<u32>,
 }
 
 impl Rental {

@@ -28,6 +28,7 @@ mod m20261204_000018_admin_rentals;
 mod m20261205_000019_gpu_mig;
 mod m20261206_000020_mig_slices;
 mod m20261206_000021_fabrics;
+mod m20261206_000022_gangs;
 
 pub struct Migrator;
 
@@ -56,6 +57,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261205_000019_gpu_mig::Migration),
             Box::new(m20261206_000020_mig_slices::Migration),
             Box::new(m20261206_000021_fabrics::Migration),
+            Box::new(m20261206_000022_gangs::Migration),
         ]
     }
 }

@@ -12,7 +12,7 @@ pub mod tunnel;
 pub use tunnel::{ChannelTarget, Terminal};
 
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion { major: 1, minor: 6 };
+pub const PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion { major: 1, minor: 7 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProtocolVersion {
@@ -145,7 +145,7 @@ mod tests {
 
     #[test]
     fn same_major_is_accepted_other_majors_refused_with_a_reason() {
-        assert!(PROTOCOL_VERSION.check_peer(ProtocolVersion { major: 1, minor: 7 }).is_ok());
+        assert!(PROTOCOL_VERSION.check_peer(ProtocolVersion { major: 1, minor: 8 }).is_ok());
         let err = PROTOCOL_VERSION.check_peer(ProtocolVersion { major: 2, minor: 0 }).unwrap_err();
         assert!(err.contains("2.0") && err.contains(&PROTOCOL_VERSION.to_string()), "{err}");
     }
@@ -415,6 +415,19 @@ pub struct AttachSpec {
     /// processes are shared out by it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub share_sevenths: Option<u32>,
+    /// A gang member's link to the gang's rendezvous (since 1.7): its rank, and where rank 0
+    /// listens. Every member's network lets it reach that address and port; rank 0's agent
+    /// forwards connections to it there into rank 0's sandbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gang: Option<GangLink>,
+}
+
+/// Where a gang's members meet: rank 0's host's address on the fabric, and the port.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GangLink {
+    pub rank: u32,
+    pub master_addr: String,
+    pub master_port: u16,
 }
 
 impl AttachSpec {

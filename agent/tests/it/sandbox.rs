@@ -27,6 +27,7 @@ fn spec(rental_id: i64, gpu: u32, command: &str, env: &[&str]) -> AttachSpec {
         env: env.iter().map(|e| (*e).to_owned()).collect(),
         ssh_public_key: None,
         share_sevenths: None,
+        gang: None,
     }
 }
 

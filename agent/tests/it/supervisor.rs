@@ -29,6 +29,7 @@ fn spec(rental_id: i64, command: &str) -> AttachSpec {
         env: vec!["GREETING=hi".into(), "CUDA_VISIBLE_DEVICES=0,1,2,3".into()],
         ssh_public_key: None,
         share_sevenths: None,
+        gang: None,
     }
 }
 

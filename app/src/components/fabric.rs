@@ -45,7 +45,7 @@ pub fn FabricSection(
         <section class="card" aria-labelledby="fabric">
             <h2 id="fabric" class="text-lg font-semibold text-slate-900">"Network fabric"</h2>
             <p class="mt-1 text-sm text-slate-600">
-                "Hosts that reach each other over one network share a fabric id; renters filter on it and multi-node jobs need it. Leave the id empty to clear it."
+                "Hosts that reach each other over one network share a fabric id; renters filter on it, and multi-node gangs book hosts of one fabric, whose members reach this host at its address there. Leave the id empty to clear it."
             </p>
             <p class="mt-3 text-sm" data-testid="fabric-state">
                 {match fabric {
@@ -53,7 +53,7 @@ pub fn FabricSection(
                     None => view! { <span class="text-slate-500">"No fabric declared."</span> }.into_any(),
                 }}
             </p>
-            <ActionForm action attr:class="mt-4 grid gap-4 sm:grid-cols-4 sm:items-end" attr:novalidate=true>
+            <ActionForm action attr:class="mt-4 grid gap-4 sm:grid-cols-5 sm:items-end" attr:novalidate=true>
                 <input type="hidden" name="id" value=host_id />
                 <Field label="Fabric id" name="fabric_id" value=current.as_ref().map(|f| f.fabric_id.clone()).unwrap_or_default() error=field_error(value, "fabric_id") />
                 <div class="space-y-1">
@@ -66,6 +66,7 @@ pub fn FabricSection(
                     </select>
                 </div>
                 <Field label="Link speed (Gb/s)" name="gbps" value=current.as_ref().map(|f| f.gbps.to_string()).unwrap_or_default() error=field_error(value, "gbps") />
+                <Field label="Address on the fabric" name="address" value=current.as_ref().and_then(|f| f.address.clone()).unwrap_or_default() error=field_error(value, "address") />
                 <SubmitButton label="Save fabric" pending=action.pending() />
             </ActionForm>
             <div class="mt-3"><FormAlert message=form_error(value) /></div>

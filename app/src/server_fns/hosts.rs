@@ -86,6 +86,7 @@ pub async fn set_host_fabric(
     fabric_id: String,
     interconnect: String,
     gbps: String,
+    #[server(default)] address: String,
 ) -> Result<Option<cardpool_domain::fabric::FabricView>, AppError> {
     use cardpool_domain::fabric::{HostFabric, Interconnect};
     let fabric = if fabric_id.trim().is_empty() {
@@ -103,7 +104,7 @@ pub async fn set_host_fabric(
         if !fields.is_empty() {
             return Err(AppError::invalid_fields(fields));
         }
-        Some(HostFabric { fabric_id, interconnect, gbps })
+        Some(HostFabric { fabric_id, interconnect, gbps, address: Some(address) })
     };
     crate::ssr::signed_in(async |req, caller| hosts::set_host_fabric(&req.services, &caller, id, fabric.as_ref()).await)
         .await

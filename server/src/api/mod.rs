@@ -7,6 +7,7 @@
 mod accounts;
 mod admin;
 mod api_tokens;
+mod gangs;
 mod hosts;
 mod logs;
 mod notifications;
@@ -44,6 +45,7 @@ pub fn router() -> Router<AppState> {
         .merge(accounts::routes())
         .merge(admin::routes())
         .merge(api_tokens::routes())
+        .merge(gangs::routes())
         .merge(ssh_keys::routes())
         .merge(hosts::routes())
         .merge(logs::routes())

@@ -362,9 +362,14 @@ async fn pages_health_and_headers(backend: Backend) {
     ] {
         assert_eq!(client.get(app.url(page)).send().await.unwrap().status(), StatusCode::OK, "{page}");
     }
-    // The market is public; malformed filters are a clear 422.
-    let offers: Value = app.get_json(&client, "/api/v1/offers?kind=spot&min_gpus=").await;
+    // The market is public; malformed filters are a clear 422, an empty one included (the
+    // page's form leaves empty fields out of its own parsing; the API says what it expects).
+    let offers: Value = app.get_json(&client, "/api/v1/offers?kind=spot").await;
     assert_eq!(offers["total"], 0);
+    for empty in ["kind=spot&min_gpus=", "sort=", "unit=", "verified=", "verified=on"] {
+        let bad = client.get(app.url(&format!("/api/v1/offers?{empty}"))).send().await.unwrap();
+        assert_eq!(bad.status(), StatusCode::UNPROCESSABLE_ENTITY, "{empty}");
+    }
     let bad = client.get(app.url("/api/v1/offers?min_gpus=two")).send().await.unwrap();
     assert_eq!(bad.status(), StatusCode::UNPROCESSABLE_ENTITY);
     let bad = client.get(app.url("/api/v1/offers?max_price=cheap")).send().await.unwrap();

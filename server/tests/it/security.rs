@@ -14,6 +14,8 @@
 use crate::common::{PASSWORD, TestApp};
 use cardpool_domain::{
     account::{AddSshKeyRequest, CreateApiTokenRequest},
+    fabric::{HostFabric, Interconnect},
+    gangs::{BookGangRequest, OnMemberLoss},
     notifications::NewWebhook,
     offers::RentalKind,
     payments::{CreateTopUpRequest, HistoryQuery},
@@ -24,7 +26,7 @@ use cardpool_service::{
     auth::Principal,
     backend_tests,
     entities::alerts,
-    payments, rentals, ssh_access,
+    hosts, payments, rentals, ssh_access,
     testing::{self, Backend},
 };
 use reqwest::{Client, Method, StatusCode, header};
@@ -74,6 +76,8 @@ fn audience(operation: &str) -> Option<&'static [Who]> {
         | "export_transactions"
         | "book_offer"
         | "list_rentals"
+        | "book_gang"
+        | "list_gangs"
         | "add_ssh_key"
         | "list_ssh_keys"
         | "list_notifications"
@@ -92,6 +96,8 @@ fn audience(operation: &str) -> Option<&'static [Who]> {
         "get_rental" => RENTAL_PARTIES,
         // Acting on a rental: its renter, and admins, who may act on any rental.
         "stop_rental" | "change_bid" | "set_rental_limits" => RENTER_AND_ADMIN,
+        // A gang: its renter, and admins (its members' pages are their hosts' providers' too).
+        "get_gang" | "stop_gang" => RENTER_AND_ADMIN,
         // What the workload prints and how its GPUs run are the renter's (the provider sees
         // the whole host's telemetry under the host's scope).
         "rental_logs" | "get_telemetry" | "live_telemetry" => RENTER_AND_ADMIN,
@@ -125,6 +131,7 @@ const DESTRUCTIVE: &[&str] = &[
     "remove_ssh_key",
     "delete_webhook",
     "stop_rental",
+    "stop_gang",
     "revoke_host",
     "enable_provider",
     "grant_admin",
@@ -157,7 +164,30 @@ async fn world(app: &TestApp) -> World {
     accounts::create_admin(s, "admin@example.com", Some(PASSWORD)).await.unwrap();
     let admin = accounts::principal_for_email(s, "admin@example.com").await.unwrap();
     let host = testing::host(s, &provider, "rig").gpus(2).await;
-    testing::host(s, &other_provider, "other-rig").await;
+    let other_host = testing::host(s, &other_provider, "other-rig").await;
+    // The renter's gang over both hosts, on one fabric.
+    for (owner, id, address) in [(&provider, host, "10.8.0.1"), (&other_provider, other_host, "10.8.0.2")] {
+        let fabric = HostFabric {
+            fabric_id: "lab-ib".into(),
+            interconnect: Interconnect::Infiniband,
+            gbps: 400,
+            address: Some(address.into()),
+        };
+        hosts::set_host_fabric(s, owner, id, Some(&fabric)).await.unwrap();
+    }
+    let gang = BookGangRequest {
+        gpu_model: testing::TEST_GPU_MODEL.into(),
+        nodes: 2,
+        gpus_per_node: 1,
+        kind: RentalKind::OnDemand,
+        fabric_id: None,
+        workload: Workload { command: Some("sleep 600".into()), ..Workload::default() },
+        starts_at: None,
+        hours: None,
+        on_member_loss: OnMemberLoss::Stop,
+        master_port: None,
+    };
+    let gang = rentals::book_gang(s, &renter, &gang).await.unwrap().id;
     let booking = BookOfferRequest {
         host_id: host,
         gpu_model: testing::TEST_GPU_MODEL.into(),
@@ -218,6 +248,8 @@ async fn world(app: &TestApp) -> World {
         ("set_rental_limits", rental),
         ("get_rental", rental),
         ("stop_rental", rental),
+        ("get_gang", gang),
+        ("stop_gang", gang),
         ("change_bid", rental),
         ("rental_logs", rental),
         ("get_host", host),

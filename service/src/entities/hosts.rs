@@ -35,6 +35,8 @@ pub struct Model {
     pub fabric_id: Option<String>,
     pub interconnect: Option<String>,
     pub fabric_gbps: Option<i32>,
+    /// The host's address on its fabric, where gang members on other hosts reach it.
+    pub fabric_addr: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

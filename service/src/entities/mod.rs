@@ -6,6 +6,7 @@ pub mod alerts;
 pub mod api_tokens;
 pub mod audit_log;
 pub mod enrollment_tokens;
+pub mod gangs;
 pub mod gpu_rollups;
 pub mod gpus;
 pub mod host_events;

@@ -47,6 +47,11 @@ pub struct Model {
     pub max_duration_secs: Option<i64>,
     /// What admins refunded on this rental through the ledger, micro-dollars.
     pub refunded_micros: i64,
+    /// The gang this rental is a member of, and its rank there (0 hosts the rendezvous).
+    pub gang_id: Option<i64>,
+    pub gang_rank: Option<i32>,
+    /// A gang member: when its workload was up (it waits there until every member is).
+    pub gang_ready_at: Option<DateTimeUtc>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

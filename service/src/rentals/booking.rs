@@ -44,7 +44,7 @@ const MAX_RESERVED_HOURS: u32 = 24 * 31;
 /// How far ahead a reservation may start, days.
 const MAX_RESERVE_AHEAD_DAYS: i64 = 90;
 /// The database's own guarantee that no GPU is held twice (see the `rentals` migration).
-const NO_OVERLAP: Violation = Violation::Named("rental_gpus_no_overlap");
+pub(super) const NO_OVERLAP: Violation = Violation::Named("rental_gpus_no_overlap");
 
 /// Books `request.gpu_count` GPUs of one host: on-demand (now, until stopped), reserved (a
 /// future window, prepaid) or spot (at a bid, preemptible). Higher-priority demand preempts the
@@ -52,56 +52,84 @@ const NO_OVERLAP: Violation = Violation::Named("rental_gpus_no_overlap");
 pub async fn book_offer(services: &Services, principal: &Principal, request: &BookOfferRequest) -> AppResult<Rental> {
     let window = validate(request, Utc::now())?;
     let txn = services.begin_write().await.context("starting booking")?;
-    let quote = quote(&txn, principal, request, &window).await?;
+    let booked = book_in(services, &txn, principal, request, &window, None).await?;
+    txn.commit().await.or_violation(NO_OVERLAP, taken, "committing booking")?;
+    booked.stock_change.published(services);
+    services.wake_host(booked.rental.host_id);
+    // The row as inserted is the row committed: nothing later in the transaction changed it.
+    dto(&services.db, booked.rental).await
+}
+
+/// A rental booked inside a transaction, and the stock change to publish once it commits.
+pub(super) struct Booked {
+    pub rental: rentals::Model,
+    pub stock_change: stock::StockChange,
+}
+
+/// A gang member's place: the gang and its rank there.
+#[derive(Clone, Copy)]
+pub(super) struct Membership {
+    pub gang_id: i64,
+    pub rank: i32,
+}
+
+/// Everything a booking does inside the caller's write transaction, from the quote to the
+/// stock refresh: a gang books each of its members through here, in one transaction.
+pub(super) async fn book_in(
+    services: &Services,
+    txn: &DatabaseTransaction,
+    principal: &Principal,
+    request: &BookOfferRequest,
+    window: &Window,
+    gang: Option<Membership>,
+) -> AppResult<Booked> {
+    let quote = quote(txn, principal, request, window).await?;
     let prepaid = if request.kind == RentalKind::Reserved { quote.upfront } else { 0 };
-    crate::spending::check_booking(&txn, principal.user_id, prepaid, Utc::now()).await?;
-    let candidates = lock_candidates(&txn, &quote.host, request, &window).await?;
+    crate::spending::check_booking(txn, principal.user_id, prepaid, Utc::now()).await?;
+    let candidates = lock_candidates(txn, &quote.host, request, window).await?;
     // The clock is read again only now, with the GPUs locked and their holds read: a release
     // committed just before cannot end later than this booking starts (on PostgreSQL a release
     // does not wait for the GPU rows' lock, so a timestamp from before the lock could).
     let now = Utc::now();
     let start = if request.kind == RentalKind::Reserved { window.start.max(now) } else { now };
-    let choice = choose(&txn, &candidates, request, quote.bid).await?;
+    let choice = choose(txn, &candidates, request, quote.bid).await?;
     let notice = Duration::seconds(i64::from(services.settings.rentals.preemption_notice_secs));
     // Preempted spot rentals end at `cut`; this booking's holds start there.
     let cut = if choice.preempted.is_empty() { start } else { start.max(now + notice) };
-    preempt(&txn, &choice.preempted, cut, now, notice).await?;
+    preempt(txn, &choice.preempted, cut, now, notice).await?;
     let held = Window { start: cut, end: window.end };
     let chosen: Vec<&gpus::Model> =
         choice.gpus.iter().filter_map(|id| candidates.gpus.iter().find(|g| g.id == *id)).collect();
-    let rental = hold(&txn, principal, request, &quote, &chosen, held, now).await?;
+    let rental = hold(txn, principal, request, &quote, &chosen, held, now, gang).await?;
     if request.kind == RentalKind::Reserved {
-        prepay(&txn, principal, request, rental.id, quote.upfront).await?;
+        prepay(txn, principal, request, rental.id, quote.upfront).await?;
     }
-    let reason = match request.kind {
-        RentalKind::OnDemand if cut > now => {
-            "booked by the renter; starts when the preempted spot rentals have stopped"
+    let reason = match (request.kind, gang) {
+        (_, Some(m)) => format!("booked by the renter as rank {} of gang #{}", m.rank, m.gang_id),
+        (RentalKind::OnDemand, _) if cut > now => {
+            "booked by the renter; starts when the preempted spot rentals have stopped".to_owned()
         }
-        RentalKind::OnDemand => "booked by the renter",
-        RentalKind::Reserved => "reserved and prepaid by the renter",
-        RentalKind::Spot => "spot bid placed by the renter",
+        (RentalKind::OnDemand, _) => "booked by the renter".to_owned(),
+        (RentalKind::Reserved, _) => "reserved and prepaid by the renter".to_owned(),
+        (RentalKind::Spot, _) => "spot bid placed by the renter".to_owned(),
     };
-    record(&txn, rental.id, RentalState::Requested, reason, now).await?;
+    record(txn, rental.id, RentalState::Requested, &reason, now).await?;
     let host_id = quote.host.id;
-    reprice_spot(services, &txn, host_id, &request.gpu_model, now).await?;
-    let stock_change = stock::refresh_stock(&txn, host_id).await?;
-    txn.commit().await.or_violation(NO_OVERLAP, taken, "committing booking")?;
-    stock_change.published(services);
+    reprice_spot(services, txn, host_id, &request.gpu_model, now).await?;
+    let stock_change = stock::refresh_stock(txn, host_id).await?;
     tracing::info!(rental.id = rental.id, host.id = host_id, kind = request.kind.as_str(), gpus = ?choice.gpus, "rental booked");
-    services.wake_host(host_id);
-    // The row as inserted is the row committed: nothing later in the transaction changed it.
-    dto(&services.db, rental).await
+    Ok(Booked { rental, stock_change })
 }
 
 /// The window a booking asks its GPUs for.
-struct Window {
-    start: DateTime<Utc>,
-    end: DateTime<Utc>,
+pub(super) struct Window {
+    pub start: DateTime<Utc>,
+    pub end: DateTime<Utc>,
 }
 
 /// Checks everything that needs no database: the GPU count, the workload, the window (only
 /// reservations have one: not in the past, not too far ahead, not too long) and the bid.
-fn validate(request: &BookOfferRequest, now: DateTime<Utc>) -> AppResult<Window> {
+pub(super) fn validate(request: &BookOfferRequest, now: DateTime<Utc>) -> AppResult<Window> {
     if request.gpu_count == 0 || request.gpu_count > MAX_GPUS {
         return Err(AppError::invalid_field("gpu_count", format!("between 1 and {MAX_GPUS}")));
     }
@@ -186,16 +214,16 @@ fn validate_workload(workload: &Workload) -> AppResult<()> {
 
 /// The offer as booked: its host, the price the rental starts at, the spot bid, and what the
 /// wallet must hold before it starts (an hour, or the whole reservation).
-struct Quote {
-    host: hosts::Model,
-    price: i64,
-    bid: Option<i64>,
-    upfront: i64,
+pub(super) struct Quote {
+    pub host: hosts::Model,
+    pub price: i64,
+    pub bid: Option<i64>,
+    pub upfront: i64,
 }
 
 /// Prices the booking and checks the host (listed, not held by an admin, online unless
 /// reserved, not the renter's own) and the renter's balance.
-async fn quote(
+pub(super) async fn quote(
     txn: &DatabaseTransaction,
     principal: &Principal,
     request: &BookOfferRequest,
@@ -254,14 +282,14 @@ async fn quote(
 
 /// The host's units of the model for sale (whole GPUs, or slices of one profile), in device
 /// order, and for each the rentals holding it (or what covers it) at some time in the window.
-struct Candidates {
+pub(super) struct Candidates {
     gpus: Vec<gpus::Model>,
     blockers: HashMap<i64, HashSet<i64>>,
 }
 
 impl Candidates {
     /// The GPUs free once the rentals in `yielding` have given theirs up.
-    fn free_unless(&self, yielding: &HashSet<i64>) -> Vec<FreeGpu> {
+    pub(super) fn free_unless(&self, yielding: &HashSet<i64>) -> Vec<FreeGpu> {
         self.gpus
             .iter()
             .filter(|g| self.blockers.get(&g.id).is_none_or(|b| b.is_subset(yielding)))
@@ -272,7 +300,7 @@ impl Candidates {
 
 /// Locks the candidates on PostgreSQL (SQLite's IMMEDIATE transaction already is) and reads
 /// their holds overlapping the window.
-async fn lock_candidates(
+pub(super) async fn lock_candidates(
     txn: &DatabaseTransaction,
     host: &hosts::Model,
     request: &BookOfferRequest,
@@ -345,7 +373,7 @@ fn not_enough(free: usize, model: &str) -> AppError {
     AppError::conflict(format!("only {free} {model} free on this host right now"))
 }
 
-fn taken() -> AppError {
+pub(super) fn taken() -> AppError {
     AppError::conflict("those GPUs were just taken; please try again")
 }
 
@@ -375,7 +403,8 @@ async fn preempt(
 
 /// Records the rental and its holds on the chosen units for `held` (which starts at the cut
 /// when spot rentals were preempted), each with its physical GPU and slots for the database's
-/// no-overlap rule.
+/// no-overlap rule. A gang member also records its gang and rank.
+#[allow(clippy::too_many_arguments)]
 async fn hold(
     txn: &DatabaseTransaction,
     principal: &Principal,
@@ -384,6 +413,7 @@ async fn hold(
     chosen: &[&gpus::Model],
     held: Window,
     now: DateTime<Utc>,
+    gang: Option<Membership>,
 ) -> AppResult<rentals::Model> {
     let Window { start, end } = held;
     let reserved = request.kind == RentalKind::Reserved;
@@ -404,6 +434,8 @@ async fn hold(
         billed_seconds: Set(0),
         charged_micros: Set(0),
         refunded_micros: Set(0),
+        gang_id: Set(gang.map(|m| m.gang_id)),
+        gang_rank: Set(gang.map(|m| m.rank)),
         settled: Set(false),
         stop_when_idle: Set(request.stop_when_idle),
         max_cost_micros: Set(request.limits.max_cost_micros),

@@ -57,15 +57,19 @@ pub async fn commands_for_host(
             held.iter().filter(|h| h.rental_id == rental.id).filter_map(|h| devices.get(&h.gpu_id)).collect();
         mine.sort_by_key(|g| (g.device_index, g.slot_from));
         let workload: Workload = serde_json::from_str(&rental.workload).unwrap_or_default();
+        let (gang_env, gang) = super::gangs::rendezvous(&services.db, rental).await?.unzip();
+        let mut env = workload.env;
+        env.extend(gang_env.into_iter().flatten());
         commands.push(ServerMessage::Attach(AttachSpec {
             rental_id: rental.id,
             gpu_indexes: mine.iter().map(|g| u32::try_from(g.device_index).unwrap_or(0)).collect(),
             gpu_uuids: mine.iter().map(|g| g.uuid.clone()).collect(),
             command: workload.command.filter(|c| !c.trim().is_empty()),
             image: workload.image.filter(|i| !i.trim().is_empty()),
-            env: workload.env,
+            env,
             ssh_public_key: workload.ssh_public_key.filter(|k| !k.trim().is_empty()),
             share_sevenths: Some(mine.iter().map(|g| g.mig_profile.as_deref().map_or(7, profile_sevenths)).sum()),
+            gang,
         }));
     }
     for rental in &live {

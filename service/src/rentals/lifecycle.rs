@@ -84,6 +84,12 @@ pub async fn stop_renters_rentals(services: &Services, renter: i64, by: &str) ->
     Ok(stopped)
 }
 
+/// Stops a rental on behalf of the platform (`by` says who and why: a gang whose member was
+/// lost, a renter stopping a whole gang), as the renter's stop does.
+pub(super) async fn stop_for(services: &Services, rental_id: i64, by: &str) -> AppResult<Rental> {
+    stop(services, rental_id, by, Ok).await
+}
+
 async fn stop(
     services: &Services,
     rental_id: i64,
@@ -142,6 +148,9 @@ pub async fn record_workload_status(
 ) -> AppResult<()> {
     let now = Utc::now();
     let txn = services.begin_write().await.context("starting workload report")?;
+    // A gang member's report may start the whole gang: its gang's row is locked before any
+    // member's, by every report alike, so two members' reports never wait on each other.
+    let gang = super::gangs::lock_gang_of(&txn, rental_id).await?;
     let rental = match load_for_update(&txn, rental_id).await {
         Ok(rental) if rental.host_id == host_id => rental,
         _ => return Ok(()),
@@ -183,6 +192,9 @@ pub async fn record_workload_status(
     let Some((next, reason)) = step else {
         return Ok(());
     };
+    if let (S::Running, Some(gang)) = (next, gang) {
+        return super::gangs::member_ready(services, txn, rental, gang, now).await;
+    }
     let mut rental = rental;
     if next == S::Running && state == S::Requested {
         rental = apply(&txn, rental, S::Provisioning, "the agent is attaching the GPUs", now).await?;

@@ -9,6 +9,9 @@
 //! `preempting`), and the new rental's holds begin where the spot holds end ([`spot`]). So
 //! preemption, too, is just non-overlapping holds.
 //!
+//! A gang ([`gangs`]) books rentals on several hosts of one fabric in one transaction; its
+//! members start billing together, when the last is ready.
+//!
 //! From there the rental moves `requested → provisioning → running → stopping → ended` (or
 //! `preempting → preempted`, `interrupted`, `failed`): the agent reports its workload
 //! ([`record_workload_status`]) and is told what to do ([`commands_for_host`]); the renter stops
@@ -22,6 +25,7 @@ mod billing;
 mod booking;
 mod caps;
 mod commands;
+mod gangs;
 mod lifecycle;
 mod pricing;
 mod schedules;
@@ -34,6 +38,7 @@ pub use billing::{settle, settle_all};
 pub use booking::book_offer;
 pub use caps::set_rental_limits;
 pub use commands::commands_for_host;
+pub use gangs::{book_gang, get_gang, list_gangs, stop_gang, tend_gangs};
 pub use lifecycle::{
     reconcile_running, record_workload_status, set_notice, stop_rental, stop_renters_rentals, transition,
 };

@@ -104,6 +104,8 @@ pub async fn run_schedules(services: &Services) -> AppResult<()> {
     for host_id in starting.into_iter().collect::<HashSet<_>>() {
         services.wake_host(host_id);
     }
+    // Gangs that lost a member stop the others (unless the renter chose to hold them).
+    super::gangs::tend_gangs(services).await?;
     Ok(())
 }
 

@@ -150,5 +150,7 @@ pub(super) async fn dto(conn: &impl ConnectionTrait, rental: rentals::Model) -> 
             max_duration_secs: rental.max_duration_secs,
         },
         created_at: rental.created_at,
+        gang_id: rental.gang_id,
+        gang_rank: rental.gang_rank.and_then(|r| u32::try_from(r).ok()),
     })
 }

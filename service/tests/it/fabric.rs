@@ -16,7 +16,7 @@ use cardpool_service::{
 use sea_orm::EntityTrait;
 
 fn ib(fabric_id: &str, gbps: u32) -> HostFabric {
-    HostFabric { fabric_id: fabric_id.into(), interconnect: Interconnect::Infiniband, gbps }
+    HostFabric { fabric_id: fabric_id.into(), interconnect: Interconnect::Infiniband, gbps, address: None }
 }
 
 async fn fabrics_are_declared_checked_and_searched(backend: Backend) {
@@ -35,7 +35,8 @@ async fn fabrics_are_declared_checked_and_searched(backend: Backend) {
     let view = hosts::set_host_fabric(&services, &provider, a, Some(&ib(" PDX-IB-1 ", 400))).await.unwrap().unwrap();
     assert_eq!((view.fabric_id.as_str(), view.checked), ("pdx-ib-1", None), "the agent reported no links yet");
     hosts::set_host_fabric(&services, &provider, b, Some(&ib("pdx-ib-1", 400))).await.unwrap();
-    let ethernet = HostFabric { fabric_id: "pdx-eth".into(), interconnect: Interconnect::Ethernet, gbps: 100 };
+    let ethernet =
+        HostFabric { fabric_id: "pdx-eth".into(), interconnect: Interconnect::Ethernet, gbps: 100, address: None };
     hosts::set_host_fabric(&services, &provider, c, Some(&ethernet)).await.unwrap();
 
     // Host a's agent reports a 400G InfiniBand port, b's only a 200G one.

@@ -9,6 +9,7 @@ mod admin_rentals;
 mod advisor;
 mod fabric;
 mod fuzz_corpus;
+mod gangs;
 mod hosts;
 mod ledger;
 mod limits;

@@ -22,7 +22,7 @@ use cardpool_service::{
 };
 use sea_orm::{ActiveModelTrait, ActiveValue::Set, EntityTrait, IntoActiveModel};
 
-const MODEL: &str = testing::TEST_GPU_MODEL;
+pub(crate) const MODEL: &str = testing::TEST_GPU_MODEL;
 
 /// Services over a fresh database with one provider ("owner@example.com") and their listed,
 /// online host of `gpus` GPUs in two NVLink islands. Keep the `TestDb`: dropping it drops the
