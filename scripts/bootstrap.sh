@@ -61,9 +61,12 @@ npm_ci .
 if $with_test; then
   npm_ci end2end
   command -v chromium >/dev/null || apt_install chromium
-  # The SSH tests drive Debian's OpenSSH client; their rental serves files with Python.
+  # The SSH tests drive Debian's OpenSSH client; their rental serves files with Python, and the
+  # gang test's ranks meet through a store written in Python (the sandbox sees /usr only).
   command -v ssh >/dev/null || apt_install openssh-client
-  command -v python3 >/dev/null || apt_install python3
+  [[ -x /usr/bin/python3 ]] || apt_install python3
+  # The gang test lays its fabric with a veth pair (iproute2).
+  command -v ip >/dev/null || apt_install iproute2
   # The systemd units in deploy/ are checked with systemd-analyze.
   command -v systemd-analyze >/dev/null || apt_install systemd
   # The API's contract is checked with schemathesis (PyPI), in a virtualenv of its own.

@@ -50,7 +50,7 @@ pub fn host_networks() -> Vec<(IpAddr, u8)> {
 }
 
 /// The ruleset for one sandbox's network namespace, from the host as it is now.
-pub fn rules(host: &[(IpAddr, u8)]) -> String {
+pub fn rules(host: &[(IpAddr, u8)], open: &[(IpAddr, u16)]) -> String {
     let mut refuse: Vec<(bool, String)> = REFUSED_V4.iter().map(|n| (true, (*n).to_owned())).collect();
     refuse.extend(REFUSED_V6.iter().map(|n| (false, (*n).to_owned())));
     for (ip, prefix) in host {
@@ -64,6 +64,9 @@ pub fn rules(host: &[(IpAddr, u8)]) -> String {
         "table inet cardpool {\n\tchain output {\n\t\ttype filter hook output priority filter; policy accept;\n\t\toifname \"lo\" accept\n",
     );
     text.push_str(&format!("\t\tip daddr {SLIRP_DNS} meta l4proto {{ tcp, udp }} th dport 53 accept\n"));
+    for (ip, port) in open {
+        text.push_str(&format!("\t\t{} daddr {ip} tcp dport {port} accept\n", if ip.is_ipv4() { "ip" } else { "ip6" }));
+    }
     // One rule per range: nftables refuses overlapping intervals within one set.
     for (v4, range) in refuse {
         text.push_str(&format!("\t\t{} daddr {range} reject\n", if v4 { "ip" } else { "ip6" }));
@@ -87,7 +90,7 @@ fn network(ip: IpAddr, prefix: u8) -> IpAddr {
 }
 
 /// Writes the ruleset for a sandbox into its rental directory (readable by root only).
-pub fn write(dir: &Path, file: &str) -> Result<PathBuf, String> {
+pub fn write(dir: &Path, file: &str, open: &[(IpAddr, u16)]) -> Result<PathBuf, String> {
     use std::{io::Write, os::unix::fs::OpenOptionsExt};
     let path = dir.join(file);
     let _ = std::fs::remove_file(&path);
@@ -97,7 +100,8 @@ pub fn write(dir: &Path, file: &str) -> Result<PathBuf, String> {
         .mode(0o600)
         .open(&path)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    out.write_all(rules(&host_networks()).as_bytes()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    out.write_all(rules(&host_networks(), open).as_bytes())
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok(path)
 }
 
@@ -108,7 +112,7 @@ mod tests {
     #[test]
     fn the_hosts_addresses_and_networks_are_refused_dns_through_slirp_is_not() {
         let host = [("192.0.2.2".parse().unwrap(), 24), ("2001:db8::5".parse().unwrap(), 64)];
-        let rules = rules(&host);
+        let rules = rules(&host, &[("192.0.2.2".parse().unwrap(), 29500)]);
         for line in [
             "ip daddr 192.0.2.2/32 reject",
             "ip daddr 192.0.2.0/24 reject",
@@ -119,6 +123,8 @@ mod tests {
         ] {
             assert!(rules.contains(line), "{line} missing:\n{rules}");
         }
+        let rendezvous = rules.find("ip daddr 192.0.2.2 tcp dport 29500 accept").expect("a gang's rendezvous");
+        assert!(rendezvous < rules.find("192.0.2.2/32 reject").unwrap(), "let through before the host is refused");
         let dns = rules.find("dport 53 accept").unwrap();
         assert!(dns < rules.find("10.0.0.0/8").unwrap(), "DNS is let through before 10/8 is refused");
         assert_eq!(network("10.1.2.3".parse().unwrap(), 0), "0.0.0.0".parse::<IpAddr>().unwrap());

@@ -7,6 +7,7 @@ pub mod firewall;
 pub mod gpu;
 pub mod host;
 pub mod logs;
+pub mod rendezvous;
 pub mod runtime;
 pub mod sandbox;
 pub mod selftest;

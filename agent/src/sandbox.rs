@@ -512,7 +512,9 @@ impl Runtime for SandboxRuntime {
         command.arg(dir.join(STATUS_FILE)).arg(dir.join(STARTED_FILE));
         command.arg(self.slirp.as_deref().unwrap_or(Path::new("")));
         match self.nft.as_ref().filter(|_| self.slirp.is_some()) {
-            Some(nft) => command.arg(nft).arg(crate::firewall::write(dir, FIREWALL_FILE)?),
+            Some(nft) => {
+                command.arg(nft).arg(crate::firewall::write(dir, FIREWALL_FILE, &crate::rendezvous::open(spec))?)
+            }
             None => command.args(["", ""]),
         };
         command.arg(cgroup_procs.len().to_string()).args(&cgroup_procs);

@@ -244,7 +244,13 @@ impl Supervisor {
             self.report(rental_id, WorkloadStatus::Ready);
             adopted.push(rental_id);
             let this = self.clone();
-            tokio::spawn(async move { this.watch_adopted(rental_id, dir, runtime, stop_rx).await });
+            let rendezvous = crate::rendezvous::forward(&spec, &runtime, dir.clone(), tell_log(&dir));
+            tokio::spawn(async move {
+                this.watch_adopted(rental_id, dir, runtime, stop_rx).await;
+                if let Some(rendezvous) = rendezvous {
+                    rendezvous.abort();
+                }
+            });
         }
         adopted.sort_unstable();
         adopted
@@ -344,6 +350,7 @@ impl Supervisor {
             Err(reason) => return fail(reason),
         };
         self.set_status(rental_id, WorkloadStatus::Ready);
+        let rendezvous = crate::rendezvous::forward(&spec, &runtime, dir.clone(), tell_log(&dir));
         let status = tokio::select! {
             status = child.wait() => status.ok(),
             grace = stop_rx => {
@@ -358,6 +365,9 @@ impl Supervisor {
                 }
             }
         };
+        if let Some(rendezvous) = rendezvous {
+            rendezvous.abort();
+        }
         // Whatever the workload started goes with it, before its end is reported.
         runtime.signal(rental_id, &dir, pgid, Signal::SIGKILL);
         settle(runtime.as_ref(), &dir).await;
@@ -519,6 +529,17 @@ async fn settle(runtime: &dyn Runtime, dir: &std::path::Path) {
 }
 
 /// Writes a file only the agent can read (the spec holds the renter's environment).
+/// Appends a line of the agent's to the workload's log, where the renter reads it.
+fn tell_log(dir: &std::path::Path) -> impl Fn(String) + Send + 'static {
+    let log = dir.join(LOG_FILE);
+    move |line: String| {
+        use std::io::Write;
+        if let Ok(mut file) = std::fs::OpenOptions::new().append(true).open(&log) {
+            let _ = writeln!(file, "{line}");
+        }
+    }
+}
+
 fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::{io::Write, os::unix::fs::OpenOptionsExt};
     let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;

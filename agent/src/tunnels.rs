@@ -376,7 +376,7 @@ async fn run_process(
 
 /// Dials `host:port` from inside the network namespace at `netns`, on a thread of its own
 /// that ends right after (a thread's namespace is for life).
-async fn connect_inside(netns: &Path, host: &str, port: u16) -> Result<tokio::net::TcpStream, String> {
+pub(crate) async fn connect_inside(netns: &Path, host: &str, port: u16) -> Result<tokio::net::TcpStream, String> {
     let (netns, host) = (netns.to_path_buf(), host.to_owned());
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::spawn(move || {

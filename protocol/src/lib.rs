@@ -428,6 +428,10 @@ pub struct GangLink {
     pub rank: u32,
     pub master_addr: String,
     pub master_port: u16,
+    /// Every member host's fabric address: rank 0's agent takes rendezvous connections from
+    /// these only.
+    #[serde(default)]
+    pub peers: Vec<String>,
 }
 
 impl AttachSpec {

@@ -7,6 +7,7 @@ mod cli;
 mod cluster;
 mod common;
 mod crash;
+mod gangs;
 mod http;
 mod limits;
 mod logs;

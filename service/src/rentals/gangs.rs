@@ -514,12 +514,21 @@ pub(super) async fn rendezvous(
         .await
         .context("loading rank 0")?;
     let Some(master) = master else { return Ok(None) };
-    let address = hosts::Entity::find_by_id(master.host_id)
-        .one(conn)
+    let members = rentals::Entity::find()
+        .filter(rentals::Column::GangId.eq(gang_id))
+        .filter(rentals::Column::State.is_in(names(&LIVE)))
+        .all(conn)
         .await
-        .context("loading rank 0's host")?
-        .and_then(|h| h.fabric_addr)
-        .unwrap_or_default();
+        .context("loading gang members")?;
+    let addresses: BTreeMap<i64, String> = hosts::Entity::find()
+        .filter(hosts::Column::Id.is_in(members.iter().map(|m| m.host_id)))
+        .all(conn)
+        .await
+        .context("loading gang hosts")?
+        .into_iter()
+        .filter_map(|h| Some((h.id, h.fabric_addr?)))
+        .collect();
+    let address = addresses.get(&master.host_id).cloned().unwrap_or_default();
     let port = u16::try_from(gang.master_port).unwrap_or(DEFAULT_MASTER_PORT);
     let rank = u32::try_from(rank).unwrap_or(0);
     let env = rendezvous_env(
@@ -530,5 +539,6 @@ pub(super) async fn rendezvous(
         port,
         gang_id,
     );
-    Ok(Some((env, cardpool_protocol::GangLink { rank, master_addr: address, master_port: port })))
+    let peers = addresses.into_values().collect();
+    Ok(Some((env, cardpool_protocol::GangLink { rank, master_addr: address, master_port: port, peers })))
 }
