@@ -66,6 +66,8 @@ pub fn App() -> impl IntoView {
                         <Route path=path!("/rent") view={Lazy::<RentRoute>::new()} />
                         <Route path=path!("/rentals") view={Lazy::<RentalsRoute>::new()} />
                         <Route path=path!("/rentals/:id") view={Lazy::<RentalRoute>::new()} />
+                        <Route path=path!("/gangs/new") view={Lazy::<GangNewRoute>::new()} />
+                        <Route path=path!("/gangs/:id") view={Lazy::<GangRoute>::new()} />
                         <Route path=path!("/sign-up") view={Lazy::<SignUpRoute>::new()} />
                         <Route path=path!("/sign-in") view={Lazy::<SignInRoute>::new()} />
                         <Route path=path!("/account") view={Lazy::<AccountRoute>::new()} />

@@ -85,6 +85,95 @@ pub struct BookGangRequest {
     pub master_port: Option<u16>,
 }
 
+/// The gang booking form as the browser sends it: every field a string.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GangForm {
+    pub gpu_model: String,
+    pub nodes: String,
+    pub gpus_per_node: String,
+    pub kind: String,
+    /// Empty: any fabric.
+    #[serde(default)]
+    pub fabric_id: String,
+    #[serde(default)]
+    pub command: String,
+    #[serde(default)]
+    pub image: String,
+    /// One `NAME=value` per line.
+    #[serde(default)]
+    pub env: String,
+    #[serde(default)]
+    pub ssh_public_key: String,
+    /// Reservation start, `YYYY-MM-DDTHH:MM` in UTC.
+    #[serde(default)]
+    pub starts_at: String,
+    #[serde(default)]
+    pub hours: String,
+    /// `stop` or `hold`.
+    #[serde(default)]
+    pub on_member_loss: String,
+    /// Empty: 29500.
+    #[serde(default)]
+    pub master_port: String,
+}
+
+impl GangForm {
+    /// The request, or every field's problem at once.
+    pub fn parse(&self) -> Result<BookGangRequest, crate::AppError> {
+        let mut fields = crate::FieldErrors::new();
+        let text = |raw: &str| Some(raw.trim().to_owned()).filter(|v| !v.is_empty());
+        let mut count = |name: &str, raw: &str, what: &str| {
+            raw.trim().parse::<u32>().map_err(|_| fields.insert(name.into(), what.into())).unwrap_or(0)
+        };
+        let nodes = count("nodes", &self.nodes, "a whole number of hosts, at least 2");
+        let gpus_per_node = count("gpus_per_node", &self.gpus_per_node, "a whole number of GPUs per host");
+        let kind = RentalKind::parse(self.kind.trim()).unwrap_or_default();
+        let (starts_at, hours) = if kind == RentalKind::Reserved {
+            let start = chrono::NaiveDateTime::parse_from_str(self.starts_at.trim(), "%Y-%m-%dT%H:%M")
+                .map(|t| t.and_utc())
+                .map_err(|_| fields.insert("starts_at".into(), "a start date and time (UTC)".into()))
+                .ok();
+            let hours = self
+                .hours
+                .trim()
+                .parse::<u32>()
+                .map_err(|_| fields.insert("hours".into(), "a whole number of hours".into()))
+                .ok();
+            (start, hours)
+        } else {
+            (None, None)
+        };
+        let on_member_loss = OnMemberLoss::parse(self.on_member_loss.trim()).unwrap_or_default();
+        let master_port = match text(&self.master_port) {
+            None => None,
+            Some(raw) => raw
+                .parse::<u16>()
+                .map_err(|_| fields.insert("master_port".into(), "a port from 1024 to 65535".into()))
+                .ok(),
+        };
+        if !fields.is_empty() {
+            return Err(crate::AppError::invalid_fields(fields));
+        }
+        Ok(BookGangRequest {
+            gpu_model: self.gpu_model.trim().to_owned(),
+            nodes,
+            gpus_per_node,
+            kind,
+            fabric_id: text(&self.fabric_id),
+            workload: Workload {
+                command: text(&self.command),
+                image: text(&self.image),
+                env: self.env.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_owned).collect(),
+                ssh_public_key: text(&self.ssh_public_key),
+            },
+            starts_at,
+            hours,
+            on_member_loss,
+            master_port,
+        })
+    }
+}
+
 /// Where a gang stands, from its members' states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -119,6 +208,17 @@ impl GangState {
             GangState::Running
         } else {
             GangState::Starting
+        }
+    }
+
+    /// What people read.
+    pub fn label(self) -> &'static str {
+        match self {
+            GangState::Starting => "Starting",
+            GangState::Running => "Running",
+            GangState::Degraded => "Degraded",
+            GangState::Stopping => "Stopping",
+            GangState::Ended => "Ended",
         }
     }
 
@@ -223,6 +323,29 @@ mod tests {
             "LOCAL_WORLD_SIZE=8",
         ] {
             assert!(env.iter().any(|e| e == want), "{want} in {env:?}");
+        }
+    }
+
+    #[test]
+    fn the_form_parses_or_names_every_bad_field() {
+        let form = GangForm {
+            gpu_model: " NVIDIA H100 80GB HBM3 ".into(),
+            nodes: "2".into(),
+            gpus_per_node: "8".into(),
+            kind: "on_demand".into(),
+            command: "torchrun train.py".into(),
+            env: "A=1\n\nB=2".into(),
+            on_member_loss: "hold".into(),
+            ..GangForm::default()
+        };
+        let request = form.parse().unwrap();
+        assert_eq!((request.nodes, request.gpus_per_node, request.gpu_model.as_str()), (2, 8, "NVIDIA H100 80GB HBM3"));
+        assert_eq!((request.on_member_loss, request.master_port, request.fabric_id), (OnMemberLoss::Hold, None, None));
+        assert_eq!(request.workload.env, ["A=1", "B=2"]);
+        let bad = GangForm { nodes: "two".into(), gpus_per_node: "".into(), master_port: "99999".into(), ..form };
+        let err = bad.parse().unwrap_err();
+        for field in ["nodes", "gpus_per_node", "master_port"] {
+            assert!(err.field(field).is_some(), "{field}");
         }
     }
 

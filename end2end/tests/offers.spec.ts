@@ -9,10 +9,10 @@ test("a visitor finds GPUs by filters that live in the URL", async ({ page }) =>
   await page.goto("/");
   await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Find GPUs" }).click();
   await expect(page.getByRole("heading", { name: "Find GPUs" })).toBeVisible();
-  // The demo's five simulated hosts report, get priced and listed within seconds of start:
-  // four sell whole GPUs, the Amsterdam one its H100s' MIG slices (three profiles).
-  await expect(page.getByTestId("offer")).toHaveCount(7, { timeout: 30_000 });
-  await expect(page.getByTestId("offer-count")).toContainText("7 offers");
+  // The demo's six simulated hosts report, get priced and listed within seconds of start:
+  // five sell whole GPUs, the Amsterdam one its H100s' MIG slices (three profiles).
+  await expect(page.getByTestId("offer")).toHaveCount(8, { timeout: 30_000 });
+  await expect(page.getByTestId("offer-count")).toContainText("8 offers");
   await snap(page, "offers");
 
   await page.getByLabel("Location").fill("DE");
@@ -21,14 +21,15 @@ test("a visitor finds GPUs by filters that live in the URL", async ({ page }) =>
   await expect(page).toHaveURL(/location=DE/);
   await expect(page).toHaveURL(/sort=availability/);
   const offers = page.getByTestId("offer");
-  await expect(offers).toHaveCount(2);
-  // Most free GPUs first: the 8× H100 host before the 4× L40S one.
+  await expect(offers).toHaveCount(3);
+  // Most free GPUs first: the two 8× H100 hosts before the 4× L40S one.
   await expect(offers.first().getByTestId("offer-free")).toHaveText("8 free");
-  await expect(offers.nth(1).getByTestId("offer-free")).toHaveText("4 free");
+  await expect(offers.nth(1).getByTestId("offer-free")).toHaveText("8 free");
+  await expect(offers.nth(2).getByTestId("offer-free")).toHaveText("4 free");
 
   // The same URL, opened fresh, shows the same search.
   await page.goto(page.url());
-  await expect(page.getByTestId("offer")).toHaveCount(2);
+  await expect(page.getByTestId("offer")).toHaveCount(3);
   await expect(page.getByLabel("Location")).toHaveValue("DE");
 
   // A malformed filter is explained, not ignored.

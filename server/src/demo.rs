@@ -19,9 +19,11 @@ pub const DEMO_ACCOUNTS: [(&str, &str); 4] = [
 ];
 
 /// Simulated hosts: (provider, hostname, GPUs, location, on-demand $/GPU-h in micro-dollars).
-/// The Amsterdam host's H100s are cut into MIG instances and sold as slices.
-pub const DEMO_HOSTS: [(&str, &str, &str, &str, i64); 5] = [
+/// The Amsterdam host's H100s are cut into MIG instances and sold as slices; the two Frankfurt
+/// H100 hosts share an InfiniBand fabric ([`DEMO_FABRIC`]), so renters can book gangs on them.
+pub const DEMO_HOSTS: [(&str, &str, &str, &str, i64); 6] = [
     ("provider@demo.cardpool.dev", "fra-h100-01", "8xH100-80GB", "Frankfurt, DE", 2_490_000),
+    ("provider@demo.cardpool.dev", "fra-h100-02", "8xH100-80GB", "Frankfurt, DE", 2_590_000),
     ("provider@demo.cardpool.dev", "fra-l40s-01", "4xL40S-48GB", "Frankfurt, DE", 790_000),
     ("provider2@demo.cardpool.dev", "pdx-a100-01", "4xA100-80GB", "Oregon, US", 1_290_000),
     ("provider2@demo.cardpool.dev", "waw-4090-01", "2xRTX4090-24GB", "Warsaw, PL", 390_000),
@@ -33,6 +35,12 @@ pub const DEMO_HOSTS: [(&str, &str, &str, &str, i64); 5] = [
         2_490_000,
     ),
 ];
+
+/// The demo's fabric: its id, and each host on it with its address there. (The demo's agents
+/// all run in this process on one machine, so rank 0's rendezvous port cannot really open at
+/// those addresses: a gang's log says so. Real hosts on a real fabric meet there.)
+pub const DEMO_FABRIC: (&str, [(&str, &str); 2]) =
+    ("fra-ib-1", [("fra-h100-01", "10.0.8.1"), ("fra-h100-02", "10.0.8.2")]);
 
 /// Starts one in-process agent per demo host, dialling `server_url`. Each host's credential
 /// is kept under `state_root/<hostname>` so a restart reconnects the same hosts; a host whose
@@ -64,7 +72,7 @@ pub async fn start_agents(services: &Services, server_url: &str, state_root: &Pa
         };
         let saved = state::AgentState { server: server_url.to_owned(), ..saved };
         if newly_enrolled {
-            tokio::spawn(price_and_list(services.clone(), provider, saved.host_id, on_demand));
+            tokio::spawn(price_and_list(services.clone(), provider, hostname, saved.host_id, on_demand));
         }
         let rentals_dir = dir.join("rentals");
         tokio::spawn(async move {
@@ -149,7 +157,13 @@ async fn seed_money(services: &Services) -> AppResult<()> {
 /// GPUs, and lists it, so the demo market has offers. GPUs with MIG instances are sold as
 /// slices, each profile at its share of the GPU's price (compute slices out of seven, to the
 /// cent).
-async fn price_and_list(services: Services, provider: &'static str, host_id: i64, on_demand: i64) {
+async fn price_and_list(
+    services: Services,
+    provider: &'static str,
+    hostname: &'static str,
+    host_id: i64,
+    on_demand: i64,
+) {
     let Ok(principal) = accounts::principal_for_email(&services, provider).await else { return };
     for _ in 0..60 {
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
@@ -159,6 +173,18 @@ async fn price_and_list(services: Services, provider: &'static str, host_id: i64
         }
         if let Err(err) = sell_and_price(&services, &principal, &detail, on_demand).await {
             tracing::warn!(%err, host_id, "could not price the demo host");
+        }
+        let (fabric_id, members) = DEMO_FABRIC;
+        if let Some((_, address)) = members.iter().find(|(name, _)| *name == hostname) {
+            let fabric = cardpool_domain::fabric::HostFabric {
+                fabric_id: fabric_id.into(),
+                interconnect: cardpool_domain::fabric::Interconnect::Infiniband,
+                gbps: 400,
+                address: Some((*address).into()),
+            };
+            if let Err(err) = hosts::set_host_fabric(&services, &principal, host_id, Some(&fabric)).await {
+                tracing::warn!(%err, host_id, "could not declare the demo host's fabric");
+            }
         }
         return;
     }

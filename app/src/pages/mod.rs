@@ -5,6 +5,7 @@ pub mod admin;
 pub mod api_tokens;
 pub mod earnings;
 pub mod fleet;
+pub mod gangs;
 pub mod home;
 pub mod hosts;
 pub mod not_found;
@@ -60,6 +61,7 @@ use admin::{
 use api_tokens::ApiTokensPage;
 use earnings::EarningsPage;
 use fleet::AdminFleetPage;
+use gangs::{GangNewPage, GangPage};
 pub use home::HomePage;
 use hosts::{HostPage, HostsPage};
 use notifications::NotificationsPage;
@@ -75,6 +77,8 @@ lazy_pages! {
     RentRoute => RentPage,
     RentalsRoute => RentalsPage,
     RentalRoute => RentalPage,
+    GangNewRoute => GangNewPage,
+    GangRoute => GangPage,
     SignUpRoute => SignUpPage,
     SignInRoute => SignInPage,
     AccountRoute => AccountPage,

@@ -242,6 +242,15 @@ fn OfferCard(offer: Offer, kind: RentalKind) -> impl IntoView {
             >
                 {format!("Rent {}", offer.gpu_model)}
             </a>
+            {offer.fabric.clone().filter(|_| offer.mig_profile.is_none()).map(|fabric| view! {
+                <a
+                    class="btn-secondary mt-4 ml-2 inline-flex"
+                    data-testid="offer-gang"
+                    href=format!("/gangs/new?model={}&fabric={}", percent_encode(&offer.gpu_model), percent_encode(&fabric.fabric_id))
+                >
+                    "Rent a multi-node gang"
+                </a>
+            })}
         </li>
     }
 }

@@ -225,6 +225,7 @@ fn RentalList() -> impl IntoView {
                 </div>
                 <a class="btn-primary" href="/offers">"Rent GPUs"</a>
             </div>
+            <crate::pages::gangs::GangsSection />
             <Transition fallback=|| view! { <p class="text-slate-500">"Loading rentals…"</p> }>
                 {move || Suspend::new(async move {
                     match rentals.await {
@@ -358,6 +359,11 @@ fn RentalDetailView(detail: RentalDetail, tick: RwSignal<u32>) -> impl IntoView 
                     <a href="/rentals" class="text-sm text-indigo-700 hover:underline">"← All rentals"</a>
                     <h1 class="mt-2 text-2xl font-bold text-slate-900">{format!("Rental #{} · {}× {}", rental.id, rental.gpu_count, rental.gpu_model)}</h1>
                     <p class="mt-1 text-slate-600">{format!("{} · {}", kind_label(rental.kind), rental.host_label)}</p>
+                    {rental.gang_id.map(|gang| view! {
+                        <p class="text-sm" data-testid="rental-gang">
+                            <a class="text-indigo-700 hover:underline" href=format!("/gangs/{gang}")>{format!("Rank {} of gang #{gang}", rental.gang_rank.unwrap_or(0))}</a>
+                        </p>
+                    })}
                     {(rental.kind == RentalKind::Reserved).then(|| view! {
                         <p class="text-sm text-slate-600" data-testid="rental-window">{format!(
                             "Window: {} – {} UTC",

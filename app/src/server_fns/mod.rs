@@ -9,6 +9,7 @@ pub mod accounts;
 pub mod admin;
 pub mod advisor;
 pub mod api_tokens;
+pub mod gangs;
 pub mod hosts;
 pub mod notifications;
 pub mod offers;
