@@ -15,7 +15,7 @@ use cardpool_protocol::{AttachSpec, GangLink};
 use std::{
     net::{IpAddr, SocketAddr},
     path::PathBuf,
-    sync::Arc,
+    sync::{Arc, RwLock},
 };
 use tokio::{net::TcpListener, sync::Semaphore, task::JoinHandle};
 
@@ -27,6 +27,32 @@ pub fn open(spec: &AttachSpec) -> Vec<(IpAddr, u16)> {
     spec.gang.as_ref().and_then(|g| Some((g.master_addr.parse().ok()?, g.master_port))).into_iter().collect()
 }
 
+/// The member hosts' addresses rank 0's rendezvous takes connections from: updated when the
+/// server repeats the member's attach after a replacement joined the gang.
+#[derive(Clone, Default)]
+pub struct Peers(Arc<RwLock<Vec<IpAddr>>>);
+
+impl Peers {
+    /// From a member's attach (none for rentals outside a gang).
+    pub fn of(spec: &AttachSpec) -> Option<Peers> {
+        let peers = Peers::default();
+        peers.update(spec);
+        spec.gang.is_some().then_some(peers)
+    }
+
+    /// Takes the peers of a repeated attach.
+    pub fn update(&self, spec: &AttachSpec) {
+        if let Some(link) = &spec.gang {
+            let addresses = link.peers.iter().filter_map(|p| p.parse().ok()).collect();
+            *self.0.write().unwrap_or_else(|p| p.into_inner()) = addresses;
+        }
+    }
+
+    fn admits(&self, ip: IpAddr) -> bool {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).contains(&ip)
+    }
+}
+
 /// On rank 0's host: listens on the fabric address at the gang's port and forwards each
 /// connection from a member host into the sandbox. `None` for other ranks, and where the
 /// sandbox shares the host's network (the workload then listens on the host itself). Ends
@@ -34,30 +60,31 @@ pub fn open(spec: &AttachSpec) -> Vec<(IpAddr, u16)> {
 /// renter (the workload's log).
 pub fn forward(
     spec: &AttachSpec,
+    peers: Option<Peers>,
     runtime: &Arc<dyn Runtime>,
     dir: PathBuf,
     say: impl Fn(String) + Send + 'static,
 ) -> Option<JoinHandle<()>> {
     let link = spec.gang.clone().filter(|g| g.rank == 0)?;
+    let peers = peers?;
     let netns = runtime.network(&dir).ok()?;
     Some(tokio::spawn(async move {
-        if let Err(err) = serve(&link, netns).await {
+        if let Err(err) = serve(&link, &peers, netns).await {
             say(format!("cardpool: the gang's rendezvous port could not be opened: {err}"));
         }
     }))
 }
 
-async fn serve(link: &GangLink, netns: PathBuf) -> Result<(), String> {
+async fn serve(link: &GangLink, peers: &Peers, netns: PathBuf) -> Result<(), String> {
     let ip: IpAddr = link.master_addr.parse().map_err(|_| format!("{:?} is not an address", link.master_addr))?;
     let listener = TcpListener::bind(SocketAddr::new(ip, link.master_port))
         .await
         .map_err(|e| format!("{}:{}: {e}", link.master_addr, link.master_port))?;
-    let peers: Vec<IpAddr> = link.peers.iter().filter_map(|p| p.parse().ok()).collect();
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let port = link.master_port;
     loop {
         let Ok((mut outside, from)) = listener.accept().await else { continue };
-        if !peers.contains(&from.ip()) {
+        if !peers.admits(from.ip()) {
             continue;
         }
         let Ok(slot) = slots.clone().try_acquire_owned() else { continue };

@@ -45,6 +45,8 @@ struct Workload {
     stop: Option<oneshot::Sender<Duration>>,
     finished_order: u64,
     gpu_indexes: Vec<u32>,
+    /// A gang member's peers (rank 0's rendezvous admits them), kept current by repeated attaches.
+    peers: Option<crate::rendezvous::Peers>,
 }
 
 /// A workload that holds GPUs right now, as telemetry reports it.
@@ -202,6 +204,9 @@ impl Supervisor {
         {
             let mut workloads = self.inner.workloads.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(existing) = workloads.get(&rental_id) {
+                if let Some(peers) = &existing.peers {
+                    peers.update(&spec);
+                }
                 let status = existing.status.clone();
                 drop(workloads);
                 return self.report(rental_id, status);
@@ -211,6 +216,11 @@ impl Supervisor {
         self.report(rental_id, WorkloadStatus::Provisioning);
         let this = self.clone();
         tokio::spawn(async move { this.run(spec).await });
+    }
+
+    fn peers_of(&self, rental_id: i64) -> Option<crate::rendezvous::Peers> {
+        let workloads = self.inner.workloads.lock().unwrap_or_else(|p| p.into_inner());
+        workloads.get(&rental_id).and_then(|w| w.peers.clone())
     }
 
     /// Takes over the workloads an earlier agent process left running in this supervisor's
@@ -244,7 +254,8 @@ impl Supervisor {
             self.report(rental_id, WorkloadStatus::Ready);
             adopted.push(rental_id);
             let this = self.clone();
-            let rendezvous = crate::rendezvous::forward(&spec, &runtime, dir.clone(), tell_log(&dir));
+            let rendezvous =
+                crate::rendezvous::forward(&spec, this.peers_of(rental_id), &runtime, dir.clone(), tell_log(&dir));
             tokio::spawn(async move {
                 this.watch_adopted(rental_id, dir, runtime, stop_rx).await;
                 if let Some(rendezvous) = rendezvous {
@@ -350,7 +361,8 @@ impl Supervisor {
             Err(reason) => return fail(reason),
         };
         self.set_status(rental_id, WorkloadStatus::Ready);
-        let rendezvous = crate::rendezvous::forward(&spec, &runtime, dir.clone(), tell_log(&dir));
+        let peers = self.peers_of(rental_id);
+        let rendezvous = crate::rendezvous::forward(&spec, peers, &runtime, dir.clone(), tell_log(&dir));
         let status = tokio::select! {
             status = child.wait() => status.ok(),
             grace = stop_rx => {
@@ -514,6 +526,7 @@ impl Workload {
             stop: None,
             finished_order: 0,
             gpu_indexes: spec.gpu_indexes.clone(),
+            peers: crate::rendezvous::Peers::of(spec),
         }
     }
 }

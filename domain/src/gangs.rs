@@ -174,6 +174,16 @@ impl GangForm {
     }
 }
 
+/// Books a replacement for a lost member of a gang that holds its others
+/// (`POST /api/v1/gangs/{id}/replace`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ReplaceMemberRequest {
+    /// The lost member's rank (not 0: rank 0 hosts the rendezvous).
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 127))]
+    pub rank: u32,
+}
+
 /// Where a gang stands, from its members' states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -251,6 +261,17 @@ pub struct GangMember {
     pub charged_micros: i64,
 }
 
+/// One step of one member, on the gang's timeline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct GangEvent {
+    pub rank: u32,
+    pub rental_id: i64,
+    pub state: RentalState,
+    pub reason: String,
+    pub at: chrono::DateTime<chrono::Utc>,
+}
+
 /// A gang and its members.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -270,7 +291,11 @@ pub struct Gang {
     pub created_at: chrono::DateTime<chrono::Utc>,
     /// What the members cost so far, micro-dollars.
     pub charged_micros: i64,
+    /// Every member, in rank order (a replacement after the member it replaced).
     pub members: Vec<GangMember>,
+    /// The members' steps, oldest first (the latest 200): bookings, the start, losses,
+    /// replacements, stops.
+    pub timeline: Vec<GangEvent>,
 }
 
 /// A page of the caller's gangs, newest first.

@@ -14,12 +14,13 @@ use crate::{
         session::{RequireSignIn, reload_to},
     },
     pages::rentals::{StateBadge, kind_label},
-    server_fns::gangs::{BookGang, StopGang, get_gang, list_gangs},
+    server_fns::gangs::{BookGang, ReplaceGangMember, StopGang, get_gang, list_gangs},
 };
 use cardpool_domain::{
     account::Viewer,
     gangs::{Gang, GangState, OnMemberLoss},
     offers::RentalKind,
+    rentals::RentalState,
 };
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -213,11 +214,27 @@ fn GangView() -> impl IntoView {
 fn GangDetail(gang: Gang, tick: RwSignal<u32>) -> impl IntoView {
     let stop = ServerAction::<StopGang>::new();
     let stop_value = stop.value();
+    let replace = ServerAction::<ReplaceGangMember>::new();
+    let replace_value = replace.value();
     Effect::new(move || {
-        if stop_value.get().is_some() {
+        if stop_value.get().is_some() || replace_value.get().is_some() {
             tick.update(|t| *t += 1);
         }
     });
+    // Ranks whose current member was lost, while the gang holds the others for a replacement.
+    let mut current = std::collections::BTreeMap::new();
+    for m in &gang.members {
+        current.insert(m.rank, m.state);
+    }
+    let lost: Vec<u32> = current
+        .into_iter()
+        .filter(|(rank, state)| {
+            *rank > 0 && matches!(state, RentalState::Failed | RentalState::Interrupted | RentalState::Preempted)
+        })
+        .map(|(rank, _)| rank)
+        .collect();
+    let can_replace = gang.on_member_loss == OnMemberLoss::Hold && gang.state == GangState::Degraded;
+    let timeline = gang.timeline.clone();
     let ready = gang.members.iter().filter(|m| m.ready_at.is_some()).count();
     let live = matches!(gang.state, GangState::Starting | GangState::Running | GangState::Degraded);
     let started = gang.started_at.map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string());
@@ -275,6 +292,35 @@ fn GangDetail(gang: Gang, tick: RwSignal<u32>) -> impl IntoView {
                         </tr>
                     }).collect_view()}
                 </DataTable>
+            </section>
+            {(can_replace && !lost.is_empty()).then(|| view! {
+                <section class="card space-y-3" aria-labelledby="replace" data-testid="gang-replace">
+                    <h2 id="replace" class="text-lg font-semibold text-slate-900">"Replace a lost member"</h2>
+                    <p class="text-sm text-slate-600">"The others keep running. A replacement takes a free host of the same fabric, the lost member's rank and workload, and bills from when it is up."</p>
+                    <div class="flex flex-wrap gap-2">
+                        {lost.into_iter().map(|rank| view! {
+                            <ActionForm action=replace>
+                                <input type="hidden" name="id" value=gang.id />
+                                <input type="hidden" name="rank" value=rank />
+                                <button type="submit" class="btn-primary" disabled=move || replace.pending().get()>{format!("Replace rank {rank}")}</button>
+                            </ActionForm>
+                        }).collect_view()}
+                    </div>
+                    <FormAlert message=form_error(replace_value) />
+                </section>
+            })}
+            <section class="card" aria-labelledby="gang-timeline">
+                <h2 id="gang-timeline" class="text-lg font-semibold text-slate-900">"Timeline"</h2>
+                <ol class="mt-4 space-y-3 border-l-2 border-slate-200 pl-4" data-testid="gang-timeline">
+                    {timeline.into_iter().map(|e| view! {
+                        <li class="relative">
+                            <span class="absolute -left-[1.4rem] top-1.5 h-2.5 w-2.5 rounded-full bg-indigo-500" aria-hidden="true"></span>
+                            <p class="text-sm font-medium text-slate-900">{format!("Rank {} · rental #{} · {}", e.rank, e.rental_id, e.state.label())}</p>
+                            <p class="text-sm text-slate-600">{e.reason}</p>
+                            <p class="text-xs text-slate-400"><time datetime=e.at.to_rfc3339()>{e.at.format("%Y-%m-%d %H:%M:%S UTC").to_string()}</time></p>
+                        </li>
+                    }).collect_view()}
+                </ol>
             </section>
             {live.then(|| view! {
                 <ActionForm action=stop attr:class="max-w-xs">

@@ -28,3 +28,8 @@ pub async fn get_gang(id: i64) -> Result<Gang, AppError> {
 pub async fn stop_gang(id: i64) -> Result<Gang, AppError> {
     crate::ssr::signed_in(async |req, caller| rentals::stop_gang(&req.services, &caller, id).await).await
 }
+
+#[server(prefix = "/rpc", endpoint = "replace_gang_member", output = JsonOut)]
+pub async fn replace_gang_member(id: i64, rank: u32) -> Result<Gang, AppError> {
+    crate::ssr::signed_in(async |req, caller| rentals::replace_member(&req.services, &caller, id, rank).await).await
+}

@@ -6,14 +6,18 @@ use axum::{Json, http::StatusCode};
 use cardpool_app::ssr::AppState;
 use cardpool_domain::{
     error::ErrorBody,
-    gangs::{BookGangRequest, Gang, GangList},
+    gangs::{BookGangRequest, Gang, GangList, ReplaceMemberRequest},
 };
 use cardpool_service::rentals;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 /// This module's operations, each registered once: its route and its OpenAPI path.
 pub(super) fn routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(list_gangs, book_gang)).routes(routes!(get_gang)).routes(routes!(stop_gang))
+    OpenApiRouter::new()
+        .routes(routes!(list_gangs, book_gang))
+        .routes(routes!(get_gang))
+        .routes(routes!(stop_gang))
+        .routes(routes!(replace_member))
 }
 
 /// Books a gang all or nothing: `gpus_per_node` GPUs on each of `nodes` hosts of one fabric
@@ -52,4 +56,21 @@ pub async fn get_gang(Caller(services, caller): Caller, id: PathId) -> ApiResult
     responses((status = 200, body = Gang), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn stop_gang(Caller(services, caller): Caller, id: PathId) -> ApiResult<Json<Gang>> {
     Ok(Json(rentals::stop_gang(&services, &caller, id.of("a gang")?).await?))
+}
+
+/// Books a replacement for a lost member of a gang that holds its others (`on_member_loss:
+/// hold`): a free host of the gang's fabric, with the lost member's rank, GPUs and workload.
+/// Rank 0 cannot be replaced (the others were told its address).
+#[utoipa::path(post, path = "/gangs/{id}/replace", operation_id = "replace_gang_member", tag = "rentals",
+    params(("id" = i64, Path, description = "Gang id")),
+    request_body = ReplaceMemberRequest,
+    responses((status = 200, body = Gang), (status = 402, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "That rank is not lost, or no host of the fabric is free", body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub async fn replace_member(
+    Caller(services, caller): Caller,
+    id: PathId,
+    ApiJson(request): ApiJson<ReplaceMemberRequest>,
+) -> ApiResult<Json<Gang>> {
+    Ok(Json(rentals::replace_member(&services, &caller, id.of("a gang")?, request.rank).await?))
 }

@@ -97,7 +97,7 @@ fn audience(operation: &str) -> Option<&'static [Who]> {
         // Acting on a rental: its renter, and admins, who may act on any rental.
         "stop_rental" | "change_bid" | "set_rental_limits" => RENTER_AND_ADMIN,
         // A gang: its renter, and admins (its members' pages are their hosts' providers' too).
-        "get_gang" | "stop_gang" => RENTER_AND_ADMIN,
+        "get_gang" | "stop_gang" | "replace_gang_member" => RENTER_AND_ADMIN,
         // What the workload prints and how its GPUs run are the renter's (the provider sees
         // the whole host's telemetry under the host's scope).
         "rental_logs" | "get_telemetry" | "live_telemetry" => RENTER_AND_ADMIN,
@@ -250,6 +250,7 @@ async fn world(app: &TestApp) -> World {
         ("stop_rental", rental),
         ("get_gang", gang),
         ("stop_gang", gang),
+        ("replace_gang_member", gang),
         ("change_bid", rental),
         ("rental_logs", rental),
         ("get_host", host),
@@ -311,6 +312,7 @@ fn body(operation: &str) -> Value {
             "spot_min_bid_micros": 800_000
         }),
         "change_bid" => json!({"bid_micros": 900_000}),
+        "replace_gang_member" => json!({"rank": 1}),
         "grant_admin" | "revoke_admin" | "suspend_user" | "reinstate_user" | "verify_host" | "unverify_host"
         | "delist_host" | "relist_host" => json!({"reason": "the matrix checks who may"}),
         "refund_rental" => json!({"amount": "0.01", "reason": "the matrix checks who may"}),

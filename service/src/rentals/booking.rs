@@ -66,11 +66,12 @@ pub(super) struct Booked {
     pub stock_change: stock::StockChange,
 }
 
-/// A gang member's place: the gang and its rank there.
+/// A gang member's place: the gang and its rank there (and the lost member it replaces).
 #[derive(Clone, Copy)]
 pub(super) struct Membership {
     pub gang_id: i64,
     pub rank: i32,
+    pub replacing: Option<i64>,
 }
 
 /// Everything a booking does inside the caller's write transaction, from the quote to the
@@ -105,7 +106,12 @@ pub(super) async fn book_in(
         prepay(txn, principal, request, rental.id, quote.upfront).await?;
     }
     let reason = match (request.kind, gang) {
-        (_, Some(m)) => format!("booked by the renter as rank {} of gang #{}", m.rank, m.gang_id),
+        (_, Some(m)) => match m.replacing {
+            None => format!("booked by the renter as rank {} of gang #{}", m.rank, m.gang_id),
+            Some(lost) => {
+                format!("booked by the renter as rank {} of gang #{}, replacing rental #{lost}", m.rank, m.gang_id)
+            }
+        },
         (RentalKind::OnDemand, _) if cut > now => {
             "booked by the renter; starts when the preempted spot rentals have stopped".to_owned()
         }

@@ -32,10 +32,14 @@ pub async fn commands_for_host(
         .await
         .context("loading host rentals")?;
     let mut commands = Vec::new();
+    // Attaching, and running gang members too: an attach the agent already runs only updates
+    // its gang's peers (a replacement member's address), so it is repeated for them.
     let attaching: Vec<&rentals::Model> = live
         .iter()
         .filter(|r| {
-            (r.state == RentalState::Requested.as_str() || r.state == RentalState::Provisioning.as_str())
+            (r.state == RentalState::Requested.as_str()
+                || r.state == RentalState::Provisioning.as_str()
+                || (r.state == RentalState::Running.as_str() && r.gang_id.is_some()))
                 && r.starts_at <= now
         })
         .collect();

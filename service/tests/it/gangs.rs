@@ -258,16 +258,48 @@ async fn a_lost_member_stops_the_gang_or_holds_it(backend: Backend) {
     }
     assert_eq!(rentals::get_gang(&services, &renter, booked.id).await.unwrap().state, GangState::Ended);
 
-    // Hold: the others keep running, the gang is degraded.
+    // Hold: the others keep running, the gang is degraded; the renter books a replacement.
     let held = start(BookGangRequest { on_member_loss: OnMemberLoss::Hold, ..gang(2, 1) }).await;
-    report(&services, held.members[0].host_id, held.members[0].rental_id, WorkloadStatus::Exited { code: None }).await;
+    let (lost_host, lost_id) = (held.members[1].host_id, held.members[1].rental_id);
+    report(&services, lost_host, lost_id, WorkloadStatus::Exited { code: None }).await;
     rentals::run_schedules(&services).await.unwrap();
     let after = rentals::get_gang(&services, &renter, held.id).await.unwrap();
     assert_eq!(after.state, GangState::Degraded);
-    assert_eq!(after.members[1].state, RentalState::Running);
+    assert_eq!(after.members[0].state, RentalState::Running);
+    let err = rentals::replace_member(&services, &renter, held.id, 0).await.unwrap_err();
+    assert!(matches!(&err, AppError::Conflict(m) if m.contains("rank 0")), "{err:?}");
+    let other = testing::renter(&services, "other@example.com").await;
+    assert!(matches!(rentals::replace_member(&services, &other, held.id, 1).await, Err(AppError::NotFound(_))));
+    let replaced = rentals::replace_member(&services, &renter, held.id, 1).await.unwrap();
+    assert_eq!(replaced.members.len(), 3);
+    let fresh = replaced.members.iter().find(|m| m.rank == 1 && m.state == RentalState::Requested).unwrap();
+    assert_ne!(fresh.host_id, held.members[0].host_id, "never beside a live member");
+    assert!(replaced.timeline.iter().any(|e| e.reason.contains(&format!("replacing rental #{lost_id}"))));
+    assert!(replaced.timeline.iter().any(|e| e.rental_id == lost_id && e.state == RentalState::Failed));
+    // Rank 0's agent is told the new member's address, for its rendezvous.
+    let fresh_address = fresh.address.clone();
+    let commands = rentals::commands_for_host(&services, held.members[0].host_id, None).await.unwrap();
+    let link = commands
+        .iter()
+        .find_map(|c| match c {
+            ServerMessage::Attach(spec) if spec.rental_id == held.members[0].rental_id => spec.gang.clone(),
+            _ => None,
+        })
+        .expect("the running rank 0 is attached again with its peers");
+    assert!(link.peers.contains(&fresh_address), "{link:?}");
+    // The replacement bills from its own start, at once (the gang started long ago).
+    report(&services, fresh.host_id, fresh.rental_id, WorkloadStatus::Ready).await;
+    let healed = rentals::get_gang(&services, &renter, held.id).await.unwrap();
+    assert_eq!(healed.state, GangState::Running);
+    let err = rentals::replace_member(&services, &renter, held.id, 1).await.unwrap_err();
+    assert!(matches!(&err, AppError::Conflict(m) if m.contains("not lost")), "{err:?}");
+    rentals::stop_gang(&services, &renter, held.id).await.unwrap();
 
     // A member that finished on its own (exit 0) is not lost: the others go on.
     let done = start(gang(2, 1)).await;
+    // Its rank 0 shares a host with the held gang's (still stopping): it gets the next port.
+    assert_eq!(done.members[0].host_id, held.members[0].host_id);
+    assert_eq!((held.master_port, done.master_port), (29500, 29501));
     report(&services, done.members[1].host_id, done.members[1].rental_id, WorkloadStatus::Exited { code: Some(0) })
         .await;
     rentals::run_schedules(&services).await.unwrap();
