@@ -128,21 +128,7 @@ impl GangForm {
         let nodes = count("nodes", &self.nodes, "a whole number of hosts, at least 2");
         let gpus_per_node = count("gpus_per_node", &self.gpus_per_node, "a whole number of GPUs per host");
         let kind = RentalKind::parse(self.kind.trim()).unwrap_or_default();
-        let (starts_at, hours) = if kind == RentalKind::Reserved {
-            let start = chrono::NaiveDateTime::parse_from_str(self.starts_at.trim(), "%Y-%m-%dT%H:%M")
-                .map(|t| t.and_utc())
-                .map_err(|_| fields.insert("starts_at".into(), "a start date and time (UTC)".into()))
-                .ok();
-            let hours = self
-                .hours
-                .trim()
-                .parse::<u32>()
-                .map_err(|_| fields.insert("hours".into(), "a whole number of hours".into()))
-                .ok();
-            (start, hours)
-        } else {
-            (None, None)
-        };
+        let (starts_at, hours) = crate::rentals::reserved_window(kind, &self.starts_at, &self.hours, &mut fields);
         let on_member_loss = OnMemberLoss::parse(self.on_member_loss.trim()).unwrap_or_default();
         let master_port = match text(&self.master_port) {
             None => None,

@@ -220,6 +220,27 @@ pub struct BookingForm {
     pub max_hours: String,
 }
 
+/// A form's reservation window (only reservations have one): the start, `YYYY-MM-DDTHH:MM` in
+/// UTC as an `<input type="datetime-local">` sends it, and whole hours; each problem goes into
+/// `fields`.
+pub(crate) fn reserved_window(
+    kind: RentalKind,
+    starts_at: &str,
+    hours: &str,
+    fields: &mut crate::FieldErrors,
+) -> (Option<chrono::DateTime<chrono::Utc>>, Option<u32>) {
+    if kind != RentalKind::Reserved {
+        return (None, None);
+    }
+    let start = chrono::NaiveDateTime::parse_from_str(starts_at.trim(), "%Y-%m-%dT%H:%M")
+        .map(|t| t.and_utc())
+        .map_err(|_| fields.insert("starts_at".into(), "a start date and time (UTC)".into()))
+        .ok();
+    let hours =
+        hours.trim().parse::<u32>().map_err(|_| fields.insert("hours".into(), "a whole number of hours".into())).ok();
+    (start, hours)
+}
+
 impl BookingForm {
     /// The request, or every field's problem at once.
     pub fn parse(&self) -> Result<BookOfferRequest, crate::AppError> {
@@ -240,21 +261,7 @@ impl BookingForm {
             }
             _ => None,
         };
-        let (starts_at, hours) = if kind == RentalKind::Reserved {
-            let start = chrono::NaiveDateTime::parse_from_str(self.starts_at.trim(), "%Y-%m-%dT%H:%M")
-                .map(|t| t.and_utc())
-                .map_err(|_| fields.insert("starts_at".into(), "a start date and time (UTC)".into()))
-                .ok();
-            let hours = self
-                .hours
-                .trim()
-                .parse::<u32>()
-                .map_err(|_| fields.insert("hours".into(), "a whole number of hours".into()))
-                .ok();
-            (start, hours)
-        } else {
-            (None, None)
-        };
+        let (starts_at, hours) = reserved_window(kind, &self.starts_at, &self.hours, &mut fields);
         let limits = RentalLimits {
             max_cost_micros: parse_optional_dollars(&self.max_cost, "max_cost", &mut fields),
             max_duration_secs: parse_optional_hours(&self.max_hours, "max_hours", &mut fields),

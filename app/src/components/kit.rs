@@ -6,6 +6,8 @@
 //! - [`Badge`] with a [`Tone`]: the little status pills.
 //! - [`ErrorAlert`]: an error, announced to screen readers.
 //! - [`in_browser`]: a browser-only resource's value, which the server never reads.
+//! - [`poll`]: counts a page's reload signal up on a timer in the browser, while it matters.
+//! - [`Timeline`]: steps with their reasons and times, oldest first.
 
 use cardpool_domain::AppError;
 use leptos::prelude::*;
@@ -211,4 +213,51 @@ pub fn DataTable(columns: Vec<Col>, #[prop(optional)] class: &'static str, child
 /// Playwright, about one full run in five under load.
 pub fn in_browser<T: Clone + 'static>(resource: LocalResource<T>) -> Option<T> {
     if cfg!(feature = "ssr") { None } else { resource.get() }
+}
+
+/// Counts `tick` up every `every` in the browser while `wanted()` (say, while what the page
+/// shows can still change), so resources keyed on `tick` reload; nothing on the server. The
+/// timer ends with the component.
+pub fn poll(tick: RwSignal<u32>, every: std::time::Duration, wanted: impl Fn() -> bool + 'static) {
+    #[cfg(feature = "hydrate")]
+    {
+        let handle = set_interval_with_handle(
+            move || {
+                if wanted() {
+                    tick.update(|t| *t += 1);
+                }
+            },
+            every,
+        );
+        if let Ok(handle) = handle {
+            on_cleanup(move || handle.clear());
+        }
+    }
+    #[cfg(not(feature = "hydrate"))]
+    let _ = (tick, every, wanted);
+}
+
+/// One step on a [`Timeline`].
+#[derive(Debug, Clone)]
+pub struct Step {
+    pub title: String,
+    pub reason: String,
+    pub at: chrono::DateTime<chrono::Utc>,
+}
+
+/// Steps with their reasons and times, oldest first, on a line.
+#[component]
+pub fn Timeline(steps: Vec<Step>, testid: &'static str) -> impl IntoView {
+    view! {
+        <ol class="mt-4 space-y-3 border-l-2 border-slate-200 pl-4" data-testid=testid>
+            {steps.into_iter().map(|e| view! {
+                <li class="relative">
+                    <span class="absolute -left-[1.4rem] top-1.5 h-2.5 w-2.5 rounded-full bg-indigo-500" aria-hidden="true"></span>
+                    <p class="text-sm font-medium text-slate-900">{e.title}</p>
+                    <p class="text-sm text-slate-600">{e.reason}</p>
+                    <p class="text-xs text-slate-400"><time datetime=e.at.to_rfc3339()>{e.at.format("%Y-%m-%d %H:%M:%S UTC").to_string()}</time></p>
+                </li>
+            }).collect_view()}
+        </ol>
+    }
 }

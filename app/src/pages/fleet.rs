@@ -22,15 +22,9 @@ use leptos_meta::Title;
 use std::collections::BTreeMap;
 
 fn ticker() -> RwSignal<u32> {
+    // Totals and host lists reload every five seconds; readings come live.
     let tick = RwSignal::new(0u32);
-    #[cfg(feature = "hydrate")]
-    {
-        // Totals and host lists reload every five seconds; readings come live.
-        let handle = set_interval_with_handle(move || tick.update(|t| *t += 1), std::time::Duration::from_secs(5));
-        if let Ok(handle) = handle {
-            on_cleanup(move || handle.clear());
-        }
-    }
+    crate::components::kit::poll(tick, std::time::Duration::from_secs(5), || true);
     tick
 }
 

@@ -9,7 +9,7 @@
 use crate::{
     components::{
         form::{FormAlert, INPUT, SubmitButton, field_error, form_error},
-        kit::{Await, Badge, Col, DataTable, Tone},
+        kit::{Await, Badge, Col, DataTable, Step, Timeline, Tone, poll},
         money::dollars,
         session::{RequireSignIn, reload_to},
     },
@@ -190,23 +190,11 @@ fn GangView() -> impl IntoView {
     let id = move || params.with(|p| p.get("id").and_then(|id| id.parse::<i64>().ok()).unwrap_or(0));
     let tick = RwSignal::new(0u32);
     let gang = Resource::new(move || (id(), tick.get()), |(id, _)| get_gang(id));
-    #[cfg(feature = "hydrate")]
-    {
-        let handle = set_interval_with_handle(
-            move || {
-                if let Some(Ok(g)) = gang.get_untracked()
-                    && g.state == GangState::Ended
-                {
-                    return;
-                }
-                tick.update(|t| *t += 1);
-            },
-            std::time::Duration::from_millis(2000),
-        );
-        if let Ok(handle) = handle {
-            on_cleanup(move || handle.clear());
-        }
-    }
+    poll(
+        tick,
+        std::time::Duration::from_millis(2000),
+        move || !matches!(gang.get_untracked(), Some(Ok(g)) if g.state == GangState::Ended),
+    );
     view! { <Await resource=gang skeleton="h-40" ready=move |g| view! { <GangDetail gang=g tick /> } /> }
 }
 
@@ -311,16 +299,11 @@ fn GangDetail(gang: Gang, tick: RwSignal<u32>) -> impl IntoView {
             })}
             <section class="card" aria-labelledby="gang-timeline">
                 <h2 id="gang-timeline" class="text-lg font-semibold text-slate-900">"Timeline"</h2>
-                <ol class="mt-4 space-y-3 border-l-2 border-slate-200 pl-4" data-testid="gang-timeline">
-                    {timeline.into_iter().map(|e| view! {
-                        <li class="relative">
-                            <span class="absolute -left-[1.4rem] top-1.5 h-2.5 w-2.5 rounded-full bg-indigo-500" aria-hidden="true"></span>
-                            <p class="text-sm font-medium text-slate-900">{format!("Rank {} · rental #{} · {}", e.rank, e.rental_id, e.state.label())}</p>
-                            <p class="text-sm text-slate-600">{e.reason}</p>
-                            <p class="text-xs text-slate-400"><time datetime=e.at.to_rfc3339()>{e.at.format("%Y-%m-%d %H:%M:%S UTC").to_string()}</time></p>
-                        </li>
-                    }).collect_view()}
-                </ol>
+                <Timeline testid="gang-timeline" steps=timeline.into_iter().map(|e| Step {
+                    title: format!("Rank {} · rental #{} · {}", e.rank, e.rental_id, e.state.label()),
+                    reason: e.reason,
+                    at: e.at,
+                }).collect() />
             </section>
             {live.then(|| view! {
                 <ActionForm action=stop attr:class="max-w-xs">

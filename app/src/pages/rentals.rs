@@ -8,7 +8,7 @@ use crate::{
     components::{
         advisor::AdvisorPanel,
         form::{FormAlert, INPUT, SubmitButton, field_error, form_error},
-        kit::{Await, Badge, Tone},
+        kit::{Await, Badge, Step, Timeline, Tone, poll},
         limits::CapsForm,
         logs::RentalLogs,
         money::{StepChart, dollars},
@@ -277,23 +277,11 @@ fn RentalView() -> impl IntoView {
     let id = move || params.with(|p| p.get("id").and_then(|id| id.parse::<i64>().ok()).unwrap_or(0));
     let tick = RwSignal::new(0u32);
     let detail = Resource::new(move || (id(), tick.get()), |(id, _)| get_rental(id));
-    #[cfg(feature = "hydrate")]
-    {
-        let handle = set_interval_with_handle(
-            move || {
-                if let Some(Ok(d)) = detail.get_untracked()
-                    && !d.rental.is_live()
-                {
-                    return;
-                }
-                tick.update(|t| *t += 1);
-            },
-            std::time::Duration::from_millis(2000),
-        );
-        if let Ok(handle) = handle {
-            on_cleanup(move || handle.clear());
-        }
-    }
+    poll(
+        tick,
+        std::time::Duration::from_millis(2000),
+        move || !matches!(detail.get_untracked(), Some(Ok(d)) if !d.rental.is_live()),
+    );
     // The charts load once per rental, and again when it starts or stops holding its GPUs
     // (an effect, so server and browser render the same first view).
     let seen_holding = StoredValue::new(None::<bool>);
@@ -436,16 +424,8 @@ fn RentalDetailView(detail: RentalDetail, tick: RwSignal<u32>) -> impl IntoView 
             <div class="grid gap-6 lg:grid-cols-3">
                 <section class="card lg:col-span-2" aria-labelledby="timeline">
                     <h2 id="timeline" class="text-lg font-semibold text-slate-900">"Timeline"</h2>
-                    <ol class="mt-4 space-y-3 border-l-2 border-slate-200 pl-4" data-testid="rental-timeline">
-                        {events.into_iter().map(|e| view! {
-                            <li class="relative">
-                                <span class="absolute -left-[1.4rem] top-1.5 h-2.5 w-2.5 rounded-full bg-indigo-500" aria-hidden="true"></span>
-                                <p class="text-sm font-medium text-slate-900">{e.state.label()}</p>
-                                <p class="text-sm text-slate-600">{e.reason}</p>
-                                <p class="text-xs text-slate-400"><time datetime=e.at.to_rfc3339()>{e.at.format("%Y-%m-%d %H:%M:%S UTC").to_string()}</time></p>
-                            </li>
-                        }).collect_view()}
-                    </ol>
+                    <Timeline testid="rental-timeline"
+                        steps=events.into_iter().map(|e| Step { title: e.state.label().to_owned(), reason: e.reason, at: e.at }).collect() />
                 </section>
                 <section class="card space-y-4" aria-labelledby="actions">
                     <h2 id="actions" class="text-lg font-semibold text-slate-900">"Workload"</h2>

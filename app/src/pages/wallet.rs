@@ -7,7 +7,7 @@
 use crate::{
     components::{
         form::{Field, FormAlert, SubmitButton, field_error, form_error},
-        kit::Await,
+        kit::{Await, poll},
         limits::SpendLimitsPanel,
         money::{LedgerHistory, Stat, dollars},
         session::{RequireSignIn, reload_to},
@@ -95,25 +95,11 @@ fn Wallet() -> impl IntoView {
 fn TopUpProgress(id: i64, cancelled: bool, settled: RwSignal<u32>) -> impl IntoView {
     let tick = RwSignal::new(0u32);
     let status = Resource::new(move || tick.get(), move |_| get_top_up(id));
-    #[cfg(feature = "hydrate")]
-    {
-        let handle = set_interval_with_handle(
-            move || {
-                if let Some(Ok(t)) = status.get_untracked()
-                    && t.status.is_final()
-                {
-                    return;
-                }
-                tick.update(|t| *t += 1);
-            },
-            std::time::Duration::from_millis(1500),
-        );
-        on_cleanup(move || {
-            if let Ok(h) = handle {
-                h.clear();
-            }
-        });
-    }
+    poll(
+        tick,
+        std::time::Duration::from_millis(1500),
+        move || !matches!(status.get_untracked(), Some(Ok(t)) if t.status.is_final()),
+    );
     // Once the top-up is final, refresh the balance and history.
     Effect::new(move || {
         if let Some(Ok(t)) = status.get()

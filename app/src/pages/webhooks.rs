@@ -5,7 +5,7 @@
 use crate::{
     components::{
         form::{Field, FormAlert, SubmitButton, field_error, form_error},
-        kit::{AwaitList, Badge, Col, DataTable, Tone},
+        kit::{AwaitList, Badge, Col, DataTable, Tone, poll},
         session::RequireSignIn,
     },
     server_fns::notifications::{CreateWebhook, DeleteWebhook, SendTestEvent, list_deliveries, list_webhooks},
@@ -77,26 +77,9 @@ fn Hook(hook: Webhook, test: ServerAction<SendTestEvent>, delete: ServerAction<D
     // The log refreshes after a test event, then every few seconds while deliveries are pending.
     let tick = RwSignal::new(0u32);
     let log = Resource::new(move || (test.version().get(), tick.get()), move |_| list_deliveries(id));
-    #[cfg(feature = "hydrate")]
-    {
-        let handle = set_interval_with_handle(
-            move || {
-                let pending = log
-                    .get_untracked()
-                    .and_then(Result::ok)
-                    .is_some_and(|l| l.iter().any(|d| d.state == DeliveryState::Pending));
-                if pending {
-                    tick.update(|t| *t += 1);
-                }
-            },
-            std::time::Duration::from_millis(1500),
-        );
-        on_cleanup(move || {
-            if let Ok(h) = handle {
-                h.clear();
-            }
-        });
-    }
+    poll(tick, std::time::Duration::from_millis(1500), move || {
+        log.get_untracked().and_then(Result::ok).is_some_and(|l| l.iter().any(|d| d.state == DeliveryState::Pending))
+    });
     view! {
         <article class="rounded-xl ring-1 ring-slate-200" data-testid="webhook">
             <div class="flex flex-wrap items-center justify-between gap-3 border-b border-slate-100 px-4 py-3">
