@@ -281,6 +281,13 @@ fn GangDetail(gang: Gang, tick: RwSignal<u32>) -> impl IntoView {
                     }).collect_view()}
                 </DataTable>
             </section>
+            {live.then(|| view! {
+                <ActionForm action=stop attr:class="max-w-xs">
+                    <input type="hidden" name="id" value=gang.id />
+                    <button type="submit" class="btn-secondary w-full" disabled=move || stop.pending().get()>"Stop the whole gang"</button>
+                </ActionForm>
+                <FormAlert message=form_error(stop_value) />
+            })}
             {(can_replace && !lost.is_empty()).then(|| view! {
                 <section class="card space-y-3" aria-labelledby="replace" data-testid="gang-replace">
                     <h2 id="replace" class="text-lg font-semibold text-slate-900">"Replace a lost member"</h2>
@@ -305,13 +312,7 @@ fn GangDetail(gang: Gang, tick: RwSignal<u32>) -> impl IntoView {
                     at: e.at,
                 }).collect() />
             </section>
-            {live.then(|| view! {
-                <ActionForm action=stop attr:class="max-w-xs">
-                    <input type="hidden" name="id" value=gang.id />
-                    <button type="submit" class="btn-secondary w-full" disabled=move || stop.pending().get()>"Stop the whole gang"</button>
-                </ActionForm>
-                <FormAlert message=form_error(stop_value) />
-            })}
+
         </div>
     }
 }
