@@ -147,6 +147,14 @@ pub async fn record_workload_status(
     status: &WorkloadStatus,
 ) -> AppResult<()> {
     let now = Utc::now();
+    if matches!(status, WorkloadStatus::Ready) {
+        // Said again of a running rental (an agent answering a repeated attach, which a running
+        // gang member gets for its peers): nothing to change, so no write transaction.
+        let current = rentals::Entity::find_by_id(rental_id).one(&services.db).await.context("loading rental")?;
+        if current.is_some_and(|r| r.host_id == host_id && r.state == RentalState::Running.as_str()) {
+            return Ok(());
+        }
+    }
     let txn = services.begin_write().await.context("starting workload report")?;
     // A gang member's report may start the whole gang: its gang's row is locked before any
     // member's, by every report alike, so two members' reports never wait on each other.
