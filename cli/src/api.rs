@@ -35,6 +35,9 @@ impl Api {
         let http = reqwest::Client::builder()
             .user_agent(concat!("cardpool-cli/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(Duration::from_secs(10))
+            // The server closes a kept-alive connection idle for 10 s; one reused at that very
+            // moment fails the request, so none is kept idle that long (`--wait` polls pause).
+            .pool_idle_timeout(Duration::from_secs(5))
             .cookie_store(true)
             .build()
             .map_err(|e| Failure::other(format!("starting the HTTP client: {e}")))?;

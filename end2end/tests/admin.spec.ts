@@ -1,4 +1,4 @@
-import { expect, test } from "@playwright/test";
+import { expect, test, type Page } from "@playwright/test";
 import { dollars, failOnCspViolations, hydrated, signIn, signUp, snap } from "./support";
 
 // The admin console as the demo admin uses it: verify a host (renters see the badge and can
@@ -104,6 +104,13 @@ async function rentalUntil(page: import("@playwright/test").Page, id: number, do
   return rental.rental;
 }
 
+/** The admin table's row of rental `id`, by its link's exact text: a row's text runs its cells
+ * together ("#1" then "1× H100" reads "#11× H100"), so matching text found rental 11 twice once
+ * a rental #1 of one GPU was in the table. */
+function rentalRow(page: Page, id: number) {
+  return page.getByTestId("admin-rental-row").filter({ has: page.getByRole("link", { name: `#${id}`, exact: true }) });
+}
+
 test("an admin finds a rental, refunds it through the ledger, and reads revenue and occupancy", async ({ page, browser }, testInfo) => {
   const origin = new URL(String(testInfo.project.use.baseURL)).origin;
   // The demo renter runs a short job on the Frankfurt H100s through the API, and stops it.
@@ -138,7 +145,7 @@ test("an admin finds a rental, refunds it through the ledger, and reads revenue 
   await expect(page).toHaveURL(/renter=renter%40demo|renter=renter@demo/);
   await expect(page).toHaveURL(/state=ended/);
   await hydrated(page);
-  const row = page.getByTestId("admin-rental-row").filter({ hasText: `#${id}` });
+  const row = rentalRow(page, id);
   await expect(row).toBeVisible();
   const charged = await row.getByTestId("rental-charged").innerText();
   expect(charged).toBe(dollars(ended.charged_micros));
@@ -168,14 +175,14 @@ test("an admin finds a rental, refunds it through the ledger, and reads revenue 
   await page.getByRole("link", { name: "renter@demo.cardpool.dev" }).click();
   await expect(page.getByTestId("account-email")).toHaveText("renter@demo.cardpool.dev");
   await expect(page.getByTestId("account-wallet")).toContainText("$");
-  await expect(page.getByTestId("admin-rental-row").filter({ hasText: `#${id}` })).toBeVisible();
+  await expect(rentalRow(page, id)).toBeVisible();
   await snap(page, "admin-account");
 
   // The host's history: its status changes and its rentals.
   await page.goto(`/admin/hosts/${offer.host_id}`);
   await expect(page.getByTestId("host-name")).toHaveText("fra-h100-01");
   await expect(page.getByTestId("host-event-row").first()).toBeVisible();
-  await expect(page.getByTestId("admin-rental-row").filter({ hasText: `#${id}` })).toBeVisible();
+  await expect(rentalRow(page, id)).toBeVisible();
   await snap(page, "admin-host-history");
 
   // Revenue and occupancy: 30 days, then 12 weeks.
