@@ -10,6 +10,7 @@ use crate::{
     host,
     runtime::{Runtimes, WorkloadMode},
     shares::HostShares,
+    slices::MigPlaces,
     state::AgentState,
     supervisor::{StatusUpdate, Supervisor},
     telemetry::{self, FRAMES_PER_MESSAGE, IN_FLIGHT_FRAMES, TelemetryBuffer},
@@ -103,6 +104,8 @@ struct Agent<'a> {
     source: &'a dyn GpuSource,
     location: Option<String>,
     supervisor: Supervisor,
+    /// Where the MIG slices the GPU source last reported are (the sandbox reads it).
+    slices: MigPlaces,
     /// The self-test's check of how workloads are isolated.
     isolation: cardpool_protocol::SelfTestCheck,
     telemetry: Mutex<TelemetryBuffer>,
@@ -122,7 +125,9 @@ pub async fn run(
     sample_interval: Duration,
 ) -> Result<(), String> {
     let url = gateway_url(&state.server)?;
-    let runtimes = Runtimes::detect(mode, shares(source));
+    let slices = MigPlaces::default();
+    slices.learn(&source.gpus().unwrap_or_default());
+    let runtimes = Runtimes::detect(mode, shares(source), slices.clone());
     eprintln!("cardpool-agent: {}", runtimes.check.detail);
     let isolation = runtimes.check.clone();
     let reachable = crate::sandbox::reachable_rentals_dir(&rentals_dir);
@@ -145,6 +150,7 @@ pub async fn run(
         source,
         location,
         supervisor,
+        slices,
         isolation,
         telemetry: Mutex::new(TelemetryBuffer::new(telemetry::BUFFER_FRAMES)),
         fresh: Notify::new(),
@@ -250,7 +256,10 @@ async fn session(agent: &Agent<'_>, backoff: &mut Backoff, updates: &mut Unbound
     backoff.reset();
 
     let mut last_inventory = match inventory(source, location) {
-        Ok(inventory) => inventory,
+        Ok(inventory) => {
+            agent.slices.learn(&inventory.gpus);
+            inventory
+        }
         Err(err) => return Ended::Refused(format!("cannot read the GPUs: {err}")),
     };
     let Ok(frame) = send(AgentMessage::Inventory(last_inventory.clone())).await else {
@@ -309,6 +318,7 @@ async fn session(agent: &Agent<'_>, backoff: &mut Backoff, updates: &mut Unbound
                 supervisor.prune(KEEP_ENDED);
                 match inventory(source, location) {
                     Ok(current) if current != last_inventory => {
+                        agent.slices.learn(&current.gpus);
                         last_inventory = current.clone();
                         AgentMessage::Inventory(current)
                     }
@@ -457,6 +467,7 @@ mod tests {
             source: &source,
             location: None,
             supervisor,
+            slices: MigPlaces::default(),
             isolation: cardpool_protocol::SelfTestCheck {
                 name: "isolation".into(),
                 passed: true,

@@ -12,6 +12,7 @@ pub mod runtime;
 pub mod sandbox;
 pub mod selftest;
 pub mod shares;
+pub mod slices;
 pub mod state;
 pub mod supervisor;
 pub mod telemetry;

@@ -18,6 +18,7 @@
 use crate::{
     sandbox::{SandboxRuntime, WORKSPACE_DIR},
     shares::HostShares,
+    slices::MigPlaces,
 };
 use cardpool_protocol::{AttachSpec, SelfTestCheck};
 use nix::sys::signal::Signal;
@@ -198,8 +199,10 @@ pub struct Runtimes {
 }
 
 impl Runtimes {
-    pub fn detect(mode: WorkloadMode, shares: HostShares) -> Runtimes {
-        let sandbox = SandboxRuntime::detect(shares);
+    /// `slices` says where each MIG slice is, for the sandbox to give it its own nodes.
+    pub fn detect(mode: WorkloadMode, shares: HostShares, slices: MigPlaces) -> Runtimes {
+        let sandbox = SandboxRuntime::detect(shares)
+            .map(|s| s.with_slices(slices, PathBuf::from(crate::slices::CAPABILITIES_ROOT)));
         let check = |passed: bool, detail: String| SelfTestCheck { name: "isolation".into(), passed, detail };
         match mode {
             WorkloadMode::Simulate => match sandbox {

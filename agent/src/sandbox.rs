@@ -25,6 +25,7 @@
 use crate::{
     runtime::{NOTICE_DIR, NOTICE_FILE, Runtime, rental_env},
     shares::HostShares,
+    slices::MigPlaces,
 };
 use cardpool_protocol::AttachSpec;
 use nix::sys::signal::Signal;
@@ -91,8 +92,9 @@ const FIREWALL_FILE: &str = "firewall.nft";
 const RENTAL_UID_BASE: u32 = 1_500_000_000;
 /// The uid and gid the workload sees inside its sandbox.
 const INSIDE_ID: &str = "1000";
-/// Driver nodes every CUDA process needs, beside its GPUs' `/dev/nvidiaN`.
-const CONTROL_NODES: [&str; 5] = ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset", "nvidia-caps"];
+/// Driver nodes every CUDA process needs, beside its GPUs' `/dev/nvidiaN` (and a MIG slice's
+/// own caps nodes, see [`crate::slices`]).
+const CONTROL_NODES: [&str; 4] = ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"];
 
 /// The host uid a rental's processes run as, when the agent can switch users.
 pub fn rental_uid(rental_id: i64) -> Option<u32> {
@@ -304,6 +306,9 @@ pub struct SandboxRuntime {
     bwrap: PathBuf,
     /// Where the host's device nodes are (`/dev`; tests use stand-in nodes elsewhere).
     dev_root: PathBuf,
+    /// Where the driver lists its MIG capabilities, and which slice is where.
+    capabilities: PathBuf,
+    slices: MigPlaces,
     /// Whether each rental runs as its own host uid (the agent is root).
     own_uids: bool,
     cgroups: Cgroups,
@@ -339,6 +344,8 @@ impl SandboxRuntime {
         Ok(SandboxRuntime {
             bwrap,
             dev_root: PathBuf::from("/dev"),
+            capabilities: PathBuf::from(crate::slices::CAPABILITIES_ROOT),
+            slices: MigPlaces::default(),
             own_uids,
             cgroups: Cgroups::detect(),
             shares,
@@ -350,6 +357,14 @@ impl SandboxRuntime {
     /// Takes device nodes from `dev_root` instead of `/dev`.
     pub fn with_dev_root(mut self, dev_root: PathBuf) -> SandboxRuntime {
         self.dev_root = dev_root;
+        self
+    }
+
+    /// Gives MIG slices their caps nodes by `slices`, whose minors the driver lists in
+    /// `capabilities`.
+    pub fn with_slices(mut self, slices: MigPlaces, capabilities: PathBuf) -> SandboxRuntime {
+        self.slices = slices;
+        self.capabilities = capabilities;
         self
     }
 
@@ -380,7 +395,7 @@ impl SandboxRuntime {
         )
     }
 
-    fn mounts(&self, spec: &AttachSpec, workspace: &Path, notices: &Path) -> Vec<String> {
+    fn mounts(&self, spec: &AttachSpec, workspace: &Path, notices: &Path) -> Result<Vec<String>, String> {
         let mut args: Vec<String> = Vec::new();
         let mut push = |items: &[&str]| args.extend(items.iter().map(|s| (*s).to_owned()));
         push(&["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]);
@@ -398,26 +413,13 @@ impl SandboxRuntime {
             let host = self.dev_root.join(&node);
             push(&["--dev-bind-try", &host.to_string_lossy(), &format!("/dev/{node}")]);
         }
+        for node in crate::slices::caps_nodes(&self.slices, &self.capabilities, &self.dev_root, &spec.gpu_uuids)? {
+            push(&["--dev-bind", &self.dev_root.join(&node).to_string_lossy(), &format!("/dev/{node}")]);
+        }
         push(&["--bind", &workspace.to_string_lossy(), "/workspace"]);
         push(&["--ro-bind", &notices.to_string_lossy(), &format!("/{NOTICE_DIR}")]);
-        args
+        Ok(args)
     }
-}
-
-/// A MIG slice is reachable through `/dev/nvidia-caps` nodes of its GPU and compute instance;
-/// the sandbox binds the whole caps directory (what a whole GPU needs), through which a slice's
-/// workload could open every other slice of its GPU by changing `CUDA_VISIBLE_DEVICES`. Until
-/// the agent reads each instance's GI/CI ids and binds only its caps, a slice is refused where
-/// such a directory exists rather than run unisolated (the container runtime, whose NVIDIA
-/// toolkit binds the slice's caps alone, runs slices). Where it does not (simulated GPUs), no
-/// slice's caps can be reached and the slice runs.
-fn refuse_mig_slices(spec: &AttachSpec, caps_exist: bool) -> Result<(), String> {
-    if caps_exist && spec.gpu_uuids.iter().any(|u| u.starts_with("MIG-")) {
-        return Err("MIG slices run in the container runtime only (this sandbox cannot yet give a workload one \
-                    slice's /dev/nvidia-caps nodes alone)"
-            .into());
-    }
-    Ok(())
 }
 
 /// Where rentals' directories go: `wanted`, unless a rental's own uid could not pass through
@@ -465,7 +467,6 @@ impl Runtime for SandboxRuntime {
 
     fn command(&self, spec: &AttachSpec, dir: &Path) -> Result<Command, String> {
         let script = spec.command.as_deref().ok_or("this host runs commands, and the rental has no command")?;
-        refuse_mig_slices(spec, self.dev_root.join("nvidia-caps").exists())?;
         let uid = if self.own_uids {
             Some(rental_uid(spec.rental_id).ok_or("the rental id is out of the range of rental uids")?)
         } else {
@@ -473,6 +474,7 @@ impl Runtime for SandboxRuntime {
         };
         let workspace = dir.join(WORKSPACE_DIR);
         let notices = dir.join(NOTICE_DIR);
+        let mounts = self.mounts(spec, &workspace, &notices)?;
         for sub in [&workspace, &notices] {
             std::fs::create_dir_all(sub).map_err(|e| format!("cannot create {}: {e}", sub.display()))?;
         }
@@ -535,7 +537,7 @@ impl Runtime for SandboxRuntime {
         }
         command.args(["--cap-drop", "ALL", "--uid", INSIDE_ID, "--gid", INSIDE_ID]);
         command.arg("--hostname").arg(format!("rental-{}", spec.rental_id));
-        command.args(self.mounts(spec, &workspace, &notices));
+        command.args(mounts);
         command.args(["--chdir", "/workspace", "--json-status-fd", "3"]);
         command.args(["--", "/bin/sh", "-c", ENTER, script, if self.slirp.is_some() { "private" } else { "shared" }]);
         command.env_clear();
@@ -647,28 +649,5 @@ impl Runtime for SandboxRuntime {
         }
         self.cgroups.remove(rental_id);
         None
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mig_slices_are_refused_not_run_unisolated() {
-        let spec = |uuids: &[&str]| AttachSpec {
-            rental_id: 1,
-            gpu_indexes: vec![0],
-            gpu_uuids: uuids.iter().map(|u| (*u).to_owned()).collect(),
-            command: Some("true".into()),
-            image: None,
-            env: vec![],
-            ssh_public_key: None,
-            share_sevenths: None,
-            gang: None,
-        };
-        assert!(refuse_mig_slices(&spec(&["GPU-0"]), true).is_ok());
-        assert!(refuse_mig_slices(&spec(&["MIG-4f5e"]), true).unwrap_err().contains("container runtime"));
-        assert!(refuse_mig_slices(&spec(&["MIG-4f5e"]), false).is_ok(), "no caps nodes: nothing to reach");
     }
 }

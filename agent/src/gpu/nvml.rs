@@ -174,7 +174,7 @@ impl GpuSource for NvmlSource {
 
 /// The MIG devices now carved out of `device`: empty when MIG is off or unsupported. Read
 /// only; the layout is the provider's (`nvidia-smi mig`). The GPU and compute instance ids
-/// are left `None`: nvml-wrapper 0.13 has no safe call for them.
+/// name the slice's `/dev/nvidia-caps` nodes (see [`crate::slices`]).
 fn mig_instances(device: &Device<'_>) -> Vec<MigInstance> {
     if !device.mig_mode().is_ok_and(|mode| mode.current == 1) {
         return vec![];
@@ -197,11 +197,34 @@ fn mig_instances(device: &Device<'_>) -> Vec<MigInstance> {
                 profile: mig_profile(mig.name().ok().as_deref(), compute_slices, memory_bytes),
                 compute_slices,
                 memory_bytes,
-                gpu_instance_id: None,
-                compute_instance_id: None,
+                gpu_instance_id: instance_id(&mig, InstanceId::Gpu),
+                compute_instance_id: instance_id(&mig, InstanceId::Compute),
             })
         })
         .collect()
+}
+
+/// Which of a MIG device's two ids to read.
+enum InstanceId {
+    Gpu,
+    Compute,
+}
+
+/// A MIG device's GPU or compute instance id, by NVML's own functions (nvml-wrapper 0.13 wraps
+/// neither); `None` where the driver lacks them or says no.
+#[allow(unsafe_code)]
+fn instance_id(mig: &Device<'_>, which: InstanceId) -> Option<u32> {
+    let lib = mig.nvml().lib();
+    let function = match which {
+        InstanceId::Gpu => lib.nvmlDeviceGetGpuInstanceId.as_ref().ok()?,
+        InstanceId::Compute => lib.nvmlDeviceGetComputeInstanceId.as_ref().ok()?,
+    };
+    let mut id: std::os::raw::c_uint = 0;
+    // SAFETY: the handle is a live MIG device of this NVML (borrowed for the call), the
+    // function is the library's own symbol of the signature NVML declares, and `id` is a
+    // valid place for the one integer it writes.
+    let status = unsafe { function(mig.handle(), &mut id) };
+    (status == 0).then_some(id)
 }
 
 /// The profile of a MIG device: the last word of its name ("NVIDIA H100 80GB HBM3 MIG

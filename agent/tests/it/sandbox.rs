@@ -353,3 +353,92 @@ async fn a_sandbox_that_cannot_start_fails_with_its_reason_and_is_never_ready() 
     }
     let _ = std::fs::remove_dir_all(&root);
 }
+
+#[tokio::test]
+async fn a_mig_slice_sees_its_own_caps_nodes_and_no_other_slice() {
+    let root = std::env::temp_dir().join(format!("cardpool-sandbox-mig-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    // Stand-in device nodes and the driver's capability files, laid out as the driver does:
+    // two 3g.40gb slices of GPU 1, and the config and monitor capabilities.
+    let (dev, capabilities) = (root.join("dev"), root.join("capabilities"));
+    std::fs::create_dir_all(dev.join("nvidia-caps")).unwrap();
+    for node in ["nvidia0", "nvidia1", "nvidiactl"] {
+        std::fs::write(dev.join(node), format!("stand-in {node}\n")).unwrap();
+    }
+    for (path, minor) in [
+        ("mig/config", 1),
+        ("mig/monitor", 2),
+        ("gpu1/mig/gi1/access", 129),
+        ("gpu1/mig/gi1/ci0/access", 130),
+        ("gpu1/mig/gi2/access", 138),
+        ("gpu1/mig/gi2/ci0/access", 139),
+    ] {
+        let file = capabilities.join(path);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, format!("DeviceFileMinor: {minor}\nDeviceFileMode: 292\nDeviceFileModify: 1\n")).unwrap();
+        std::fs::write(dev.join(format!("nvidia-caps/nvidia-cap{minor}")), format!("cap {minor}\n")).unwrap();
+    }
+    let source = cardpool_agent::gpu::simulated::SimulatedSource::new("2xH100-80GB:mig=3g.40gb*2", "h", vec![]).unwrap();
+    let gpus = cardpool_agent::gpu::GpuSource::gpus(&source).unwrap();
+    let slices = cardpool_agent::slices::MigPlaces::default();
+    slices.learn(&gpus);
+    let (mine, other) = (gpus[1].mig_instances[0].uuid.clone(), gpus[1].mig_instances[1].uuid.clone());
+    let runtime = SandboxRuntime::detect(HostShares::new(2000, 4 << 30, 4))
+        .unwrap_or_else(|why| panic!("{why}; run scripts/bootstrap.sh"))
+        .with_dev_root(dev.clone())
+        .with_slices(slices.clone(), capabilities.clone());
+    let rentals = root.join("rentals");
+    let (supervisor, mut rx) = Supervisor::new(rentals.clone(), Some(Arc::new(runtime)), None);
+    let slice = |rental_id: i64, uuid: &str, command: &str| AttachSpec {
+        gpu_uuids: vec![uuid.to_owned()],
+        share_sevenths: Some(3),
+        ..spec(rental_id, 1, command, &[])
+    };
+    let probe = r#"try() { name=$1; shift; if "$@" >/dev/null 2>&1; then echo "LEAK: $name"; else echo "blocked: $name"; fi; }
+try other-slice-gi cat /dev/nvidia-caps/nvidia-cap138
+try other-slice-ci cat /dev/nvidia-caps/nvidia-cap139
+try mig-config cat /dev/nvidia-caps/nvidia-cap1
+try mig-monitor cat /dev/nvidia-caps/nvidia-cap2
+echo "caps: $(ls /dev/nvidia-caps | tr '\n' ' ')"
+echo "own: $(cat /dev/nvidia-caps/nvidia-cap129 /dev/nvidia-caps/nvidia-cap130 | tr '\n' ' ')"
+echo "visible: $CUDA_VISIBLE_DEVICES"
+echo probed
+exec sleep 3141"#;
+    supervisor.attach(slice(51, &mine, probe));
+    until(&mut rx, 51, |s| *s == WorkloadStatus::Ready).await;
+    let log = log_contains(&rentals, 51, "probed").await;
+    for attempt in ["other-slice-gi", "other-slice-ci", "mig-config", "mig-monitor"] {
+        assert!(log.contains(&format!("blocked: {attempt}")), "{attempt} was not blocked: {log}");
+    }
+    assert!(!log.contains("LEAK"), "{log}");
+    assert!(log.contains("caps: nvidia-cap129 nvidia-cap130 \n"), "{log}");
+    assert!(log.contains("own: cap 129 cap 130 \n"), "{log}");
+    assert!(log.contains(&format!("visible: {mine}\n")), "{log}");
+    supervisor.detach(51);
+    until(&mut rx, 51, |s| matches!(s, WorkloadStatus::Exited { .. } | WorkloadStatus::Failed { .. })).await;
+
+    // A whole GPU gets no caps at all.
+    supervisor.attach(spec(52, 0, "echo \"caps: $(ls /dev/nvidia-caps 2>&1 | wc -l)\"; echo probed; exec sleep 3142", &[]));
+    let log = log_contains(&rentals, 52, "probed").await;
+    assert!(log.contains("caps: 1\n") && !log.contains("nvidia-cap"), "only ls's complaint: {log}");
+    supervisor.detach(52);
+
+    // A slice the source no longer reports (re-carved), or whose node is gone: never started
+    // with a wider grant, failed with the reason.
+    slices.learn(&[]);
+    supervisor.attach(slice(53, &other, "echo never"));
+    assert_eq!(until(&mut rx, 53, |_| true).await, WorkloadStatus::Provisioning);
+    match until(&mut rx, 53, |_| true).await {
+        WorkloadStatus::Failed { reason } => assert!(reason.contains("did not say"), "{reason}"),
+        other => panic!("expected a failure, got {other:?}"),
+    }
+    slices.learn(&gpus);
+    std::fs::remove_file(dev.join("nvidia-caps/nvidia-cap139")).unwrap();
+    supervisor.attach(slice(54, &other, "echo never"));
+    assert_eq!(until(&mut rx, 54, |_| true).await, WorkloadStatus::Provisioning);
+    match until(&mut rx, 54, |_| true).await {
+        WorkloadStatus::Failed { reason } => assert!(reason.contains("nvidia-cap139 is missing"), "{reason}"),
+        other => panic!("expected a failure, got {other:?}"),
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}
