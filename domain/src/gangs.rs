@@ -7,7 +7,8 @@
 //! workload is up waits, unbilled, until every member is, and then all start billing at the
 //! same instant. Each member's workload gets the environment PyTorch's `torchrun` and NCCL
 //! expect ([`rendezvous_env`]). A member lost past the grace stops the whole gang, or, by the
-//! renter's choice, the others keep their GPUs and wait for a replacement.
+//! renter's choice, the others keep their GPUs and wait for a replacement. A spot gang is
+//! preempted as a whole: the notice one member gets, every member gets, with the same deadline.
 
 use crate::{
     offers::RentalKind,
@@ -62,10 +63,13 @@ pub struct BookGangRequest {
     /// GPUs on each host.
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 16))]
     pub gpus_per_node: u32,
-    /// On-demand (default) or reserved; spot gangs are not sold (one preempted member would
-    /// stall them all).
+    /// On-demand (default), reserved, or spot (with `bid_micros`; preempted as a whole).
     #[serde(default)]
     pub kind: RentalKind,
+    /// Spot only: the bid per GPU-hour, micro-dollars, the same on every member.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    pub bid_micros: Option<i64>,
     /// Only this fabric; otherwise the cheapest fabric with enough free hosts.
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(max_length = 64))]
@@ -92,6 +96,9 @@ pub struct GangForm {
     pub nodes: String,
     pub gpus_per_node: String,
     pub kind: String,
+    /// Spot: the bid, dollars per GPU-hour.
+    #[serde(default)]
+    pub bid: String,
     /// Empty: any fabric.
     #[serde(default)]
     pub fabric_id: String,
@@ -128,6 +135,7 @@ impl GangForm {
         let nodes = count("nodes", &self.nodes, "a whole number of hosts, at least 2");
         let gpus_per_node = count("gpus_per_node", &self.gpus_per_node, "a whole number of GPUs per host");
         let kind = RentalKind::parse(self.kind.trim()).unwrap_or_default();
+        let bid_micros = crate::rentals::spot_bid(kind, &self.bid, &mut fields);
         let (starts_at, hours) = crate::rentals::reserved_window(kind, &self.starts_at, &self.hours, &mut fields);
         let on_member_loss = OnMemberLoss::parse(self.on_member_loss.trim()).unwrap_or_default();
         let master_port = match text(&self.master_port) {
@@ -145,6 +153,7 @@ impl GangForm {
             nodes,
             gpus_per_node,
             kind,
+            bid_micros,
             fabric_id: text(&self.fabric_id),
             workload: Workload {
                 command: text(&self.command),
@@ -353,9 +362,18 @@ mod tests {
         assert_eq!((request.nodes, request.gpus_per_node, request.gpu_model.as_str()), (2, 8, "NVIDIA H100 80GB HBM3"));
         assert_eq!((request.on_member_loss, request.master_port, request.fabric_id), (OnMemberLoss::Hold, None, None));
         assert_eq!(request.workload.env, ["A=1", "B=2"]);
-        let bad = GangForm { nodes: "two".into(), gpus_per_node: "".into(), master_port: "99999".into(), ..form };
+        assert_eq!(request.bid_micros, None);
+        let spot = GangForm { kind: "spot".into(), bid: "2.50".into(), ..form.clone() };
+        assert_eq!(spot.parse().unwrap().bid_micros, Some(2_500_000));
+        let bad = GangForm {
+            nodes: "two".into(),
+            gpus_per_node: "".into(),
+            master_port: "99999".into(),
+            kind: "spot".into(),
+            ..form
+        };
         let err = bad.parse().unwrap_err();
-        for field in ["nodes", "gpus_per_node", "master_port"] {
+        for field in ["nodes", "gpus_per_node", "master_port", "bid"] {
             assert!(err.field(field).is_some(), "{field}");
         }
     }

@@ -220,6 +220,18 @@ pub struct BookingForm {
     pub max_hours: String,
 }
 
+/// A booking form's spot bid (dollars per GPU-hour), required for spot and ignored otherwise.
+pub(crate) fn spot_bid(kind: RentalKind, raw: &str, fields: &mut crate::FieldErrors) -> Option<i64> {
+    match (kind, raw.trim()) {
+        (RentalKind::Spot, "") => {
+            fields.insert("bid".into(), "your bid per GPU-hour, e.g. 1.20".into());
+            None
+        }
+        (RentalKind::Spot, raw) => crate::money::parse_dollars(raw).map_err(|e| fields.insert("bid".into(), e)).ok(),
+        _ => None,
+    }
+}
+
 /// A form's reservation window (only reservations have one): the start, `YYYY-MM-DDTHH:MM` in
 /// UTC as an `<input type="datetime-local">` sends it, and whole hours; each problem goes into
 /// `fields`.
@@ -251,16 +263,7 @@ impl BookingForm {
             0
         });
         let text = |raw: &str| Some(raw.trim().to_owned()).filter(|v| !v.is_empty());
-        let bid_micros = match (kind, text(&self.bid)) {
-            (RentalKind::Spot, Some(raw)) => {
-                crate::money::parse_dollars(&raw).map_err(|e| fields.insert("bid".into(), e)).ok()
-            }
-            (RentalKind::Spot, None) => {
-                fields.insert("bid".into(), "your bid per GPU-hour, e.g. 1.20".into());
-                None
-            }
-            _ => None,
-        };
+        let bid_micros = spot_bid(kind, &self.bid, &mut fields);
         let (starts_at, hours) = reserved_window(kind, &self.starts_at, &self.hours, &mut fields);
         let limits = RentalLimits {
             max_cost_micros: parse_optional_dollars(&self.max_cost, "max_cost", &mut fields),

@@ -95,12 +95,17 @@ fn GangForm() -> impl IntoView {
                     <legend class="text-sm font-medium text-slate-800">"Kind"</legend>
                     <select id="gang-kind" name="form[kind]" class=INPUT aria-label="Gang kind"
                         on:change=move |ev| kind.set(RentalKind::parse(&event_target_value(&ev)).unwrap_or_default())>
-                        {[RentalKind::OnDemand, RentalKind::Reserved].into_iter().map(|k| view! {
+                        {[RentalKind::OnDemand, RentalKind::Reserved, RentalKind::Spot].into_iter().map(|k| view! {
                             <option value=k.as_str() selected=move || kind.get() == k>{kind_label(k)}</option>
                         }).collect_view()}
                     </select>
-                    <p class="text-xs text-slate-500">"Spot gangs are not sold: one preempted member would stall the rest."</p>
+                    <p class="text-xs text-slate-500" class:hidden=move || kind.get() != RentalKind::Spot>
+                        "A spot gang runs while your bid clears on every host and is preempted as a whole: when one member must yield, every member gets the same 30 s notice."
+                    </p>
                 </fieldset>
+                <div class:hidden=move || kind.get() != RentalKind::Spot>
+                    {field("bid", "Your bid ($ per GPU-hour, every host)", String::new(), "e.g. 1.20", "At least each provider's minimum; billed at each host's clearing price.")}
+                </div>
                 <div class="grid gap-4 sm:grid-cols-2" class:hidden=move || kind.get() != RentalKind::Reserved>
                     <div class="space-y-1">
                         <label for="gang-starts_at" class="block text-sm font-medium text-slate-800">"Starts at (UTC)"</label>
@@ -121,7 +126,9 @@ fn GangForm() -> impl IntoView {
                     {field("ssh_public_key", "SSH public key (optional)", String::new(), "ssh-ed25519 AAAA…", "Lets you into every member.")}
                     {field("master_port", "Rendezvous port", String::new(), "29500", "Where rank 0 listens (29500 unless you say); the others reach it there.")}
                 </fieldset>
-                <fieldset class="space-y-2">
+                // A spot gang stops as a whole (its radios off: the default, stop, is sent).
+                <fieldset class="space-y-2" class:hidden=move || kind.get() == RentalKind::Spot
+                    prop:disabled=move || kind.get() == RentalKind::Spot>
                     <legend class="text-sm font-medium text-slate-800">"If a member is lost"</legend>
                     <label class="flex items-start gap-2 text-sm text-slate-700">
                         <input type="radio" name="form[on_member_loss]" value=OnMemberLoss::Stop.as_str() checked=true class="mt-1" />
@@ -233,7 +240,11 @@ fn GangDetail(gang: Gang, tick: RwSignal<u32>) -> impl IntoView {
                     <a href="/rentals" class="text-sm text-indigo-700 hover:underline">"← All rentals"</a>
                     <h1 class="mt-2 text-2xl font-bold text-slate-900">{format!("Gang #{} · {} hosts × {} {}", gang.id, gang.nodes, gang.gpus_per_node, gang.gpu_model)}</h1>
                     <p class="mt-1 text-slate-600">{format!("{} · fabric {} · if a member is lost: {}", kind_label(gang.kind), gang.fabric_id,
-                        if gang.on_member_loss == OnMemberLoss::Stop { "stop the gang" } else { "keep the others" })}</p>
+                        match (gang.kind, gang.on_member_loss) {
+                            (RentalKind::Spot, _) => "stop the gang (preempted as a whole)",
+                            (_, OnMemberLoss::Stop) => "stop the gang",
+                            (_, OnMemberLoss::Hold) => "keep the others",
+                        })}</p>
                 </div>
                 <span data-testid="gang-state"><Badge tone=tone(gang.state)>{gang.state.label()}</Badge></span>
             </div>

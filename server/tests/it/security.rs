@@ -180,6 +180,7 @@ async fn world(app: &TestApp) -> World {
         nodes: 2,
         gpus_per_node: 1,
         kind: RentalKind::OnDemand,
+        bid_micros: None,
         fabric_id: None,
         workload: Workload { command: Some("sleep 600".into()), ..Workload::default() },
         starts_at: None,

@@ -333,6 +333,32 @@ struct Choice {
     preempted: Vec<rentals::Model>,
 }
 
+/// The live spot rentals holding some of the candidates that a booking at `bid` (none: on-demand
+/// or reserved) may preempt: every spot rental, or those bidding less; lowest bid first, then
+/// the newest.
+pub(super) async fn preemptible(
+    txn: &DatabaseTransaction,
+    candidates: &Candidates,
+    bid: Option<i64>,
+) -> AppResult<Vec<rentals::Model>> {
+    let blocking: HashSet<i64> = candidates.blockers.values().flatten().copied().collect();
+    if blocking.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut victims: Vec<rentals::Model> = rentals::Entity::find()
+        .filter(rentals::Column::Id.is_in(blocking))
+        .filter(rentals::Column::Kind.eq(RentalKind::Spot.as_str()))
+        .filter(rentals::Column::State.is_in(names(&STARTED_OR_WAITING)))
+        .all(txn)
+        .await
+        .context("loading spot rentals")?
+        .into_iter()
+        .filter(|r| bid.is_none_or(|mine| r.bid_micros.unwrap_or(0) < mine))
+        .collect();
+    victims.sort_by_key(|r| (r.bid_micros.unwrap_or(0), -r.id));
+    Ok(victims)
+}
+
 /// Chooses the GPUs, preempting the lowest spot bids below this booking's (then the newest)
 /// only as far as free GPUs are short.
 async fn choose(
@@ -341,22 +367,7 @@ async fn choose(
     request: &BookOfferRequest,
     bid: Option<i64>,
 ) -> AppResult<Choice> {
-    let blocking: HashSet<i64> = candidates.blockers.values().flatten().copied().collect();
-    let mut victims: Vec<rentals::Model> = if blocking.is_empty() {
-        Vec::new()
-    } else {
-        rentals::Entity::find()
-            .filter(rentals::Column::Id.is_in(blocking))
-            .filter(rentals::Column::Kind.eq(RentalKind::Spot.as_str()))
-            .filter(rentals::Column::State.is_in(names(&STARTED_OR_WAITING)))
-            .all(txn)
-            .await
-            .context("loading spot rentals")?
-            .into_iter()
-            .filter(|r| bid.is_none_or(|mine| r.bid_micros.unwrap_or(0) < mine))
-            .collect()
-    };
-    victims.sort_by_key(|r| (r.bid_micros.unwrap_or(0), -r.id));
+    let mut victims = preemptible(txn, candidates, bid).await?;
     let n = request.gpu_count as usize;
     let mut yielding = HashSet::new();
     let mut pool = candidates.free_unless(&yielding);
@@ -385,7 +396,7 @@ pub(super) fn taken() -> AppError {
 
 /// Shortens the preempted spot rentals' holds to `cut`, and gives them their notice when the
 /// cut is within the notice period (a later cut, by a reservation, is noticed by the schedule).
-async fn preempt(
+pub(super) async fn preempt(
     txn: &DatabaseTransaction,
     preempted: &[rentals::Model],
     cut: DateTime<Utc>,

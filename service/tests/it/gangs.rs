@@ -2,9 +2,9 @@
 //! (also under a storm of gang and single bookings racing for the same GPUs), started behind a
 //! barrier (billing starts for every member at once, when the last is ready), billed exactly
 //! per member, told the rendezvous, and stopped as a whole when a member is lost (or held, as
-//! the renter chose).
+//! the renter chose); spot gangs preempted as a whole.
 
-use super::rentals::{MODEL, report, request, wallet};
+use super::rentals::{MODEL, report, request, spot, wallet};
 use cardpool_domain::{
     AppError,
     fabric::{HostFabric, Interconnect},
@@ -62,6 +62,7 @@ fn gang(nodes: u32, gpus_per_node: u32) -> BookGangRequest {
         nodes,
         gpus_per_node,
         kind: RentalKind::OnDemand,
+        bid_micros: None,
         fabric_id: None,
         workload: Workload { command: Some("torchrun train.py".into()), ..Workload::default() },
         starts_at: None,
@@ -86,7 +87,9 @@ async fn gangs_book_all_or_nothing_on_one_fabric(backend: Backend) {
     for (bad, field) in [
         (gang(1, 8), "nodes"),
         (gang(2, 0), "gpus_per_node"),
-        (BookGangRequest { kind: RentalKind::Spot, ..gang(2, 8) }, "kind"),
+        (BookGangRequest { kind: RentalKind::Spot, ..gang(2, 8) }, "bid_micros"),
+        (BookGangRequest { kind: RentalKind::Spot, bid_micros: Some(1_000_000), on_member_loss: OnMemberLoss::Hold, ..gang(2, 8) }, "on_member_loss"),
+        (BookGangRequest { bid_micros: Some(1_000_000), ..gang(2, 8) }, "bid_micros"),
         (BookGangRequest { master_port: Some(80), ..gang(2, 8) }, "master_port"),
         (BookGangRequest { workload: Workload::default(), ..gang(2, 8) }, "workload"),
     ] {
@@ -360,7 +363,127 @@ async fn gang_storm_never_holds_a_partial_gang(backend: Backend) {
     }
 }
 
+/// A spot gang: booked at one bid on every member, placed only where the bid may book, and
+/// preempted as a whole: on-demand demand on one member's host gives every member the same
+/// notice and deadline, each bills exactly its seconds, and the on-demand booking gets the GPUs.
+async fn a_spot_gang_is_preempted_as_a_whole(backend: Backend) {
+    let (_db, services, _provider, hosts) = fleet(backend, 4).await;
+    let renter = testing::renter(&services, "renter@example.com").dollars(1_000).await;
+    let spot_gang = |bid: i64| BookGangRequest { kind: RentalKind::Spot, bid_micros: Some(bid), ..gang(2, 2) };
+    // Below the providers' minimum ($0.80) no host may be booked: refused, nothing held.
+    let err = rentals::book_gang(&services, &renter, &spot_gang(500_000)).await.unwrap_err();
+    assert!(matches!(&err, AppError::Conflict(m) if m.contains("at a bid of $0.50")), "{err:?}");
+    // The wallet covers an hour of every member at the bid: 2 × 2 GPUs × $1.00 = $4.00.
+    let poor = testing::renter(&services, "poor@example.com").dollars(3).await;
+    let err = rentals::book_gang(&services, &poor, &spot_gang(1_000_000)).await.unwrap_err();
+    assert!(matches!(&err, AppError::PaymentRequired(m) if m.contains("$4.00")), "{err:?}");
+    assert!(rental_gpus::Entity::find().all(&services.db).await.unwrap().is_empty());
+
+    let booked = rentals::book_gang(&services, &renter, &spot_gang(1_000_000)).await.unwrap();
+    assert_eq!(booked.kind, RentalKind::Spot);
+    for m in &booked.members {
+        report(&services, m.host_id, m.rental_id, WorkloadStatus::Ready).await;
+    }
+    let running = rentals::get_gang(&services, &renter, booked.id).await.unwrap();
+    assert_eq!(running.state, GangState::Running);
+    let rows = members(&services, booked.id).await;
+    assert!(rows.iter().all(|m| m.bid_micros == Some(1_000_000) && m.kind == "spot"), "{rows:?}");
+    // Back-date the start by 100 s for exact bills.
+    let since = rows[0].running_since.unwrap() - chrono::Duration::seconds(100);
+    for row in rows {
+        let mut update = row.into_active_model();
+        update.running_since = Set(Some(since));
+        update.update(&services.db).await.unwrap();
+    }
+
+    // On-demand demand for rank 1's host: rank 1 is noticed at once, and the schedules give
+    // rank 0 the same notice and deadline.
+    let rank1_host = booked.members[1].host_id;
+    assert!(hosts.contains(&rank1_host));
+    let buyer = testing::renter(&services, "buyer@example.com").dollars(1_000).await;
+    let demand = rentals::book_offer(&services, &buyer, &request(rank1_host, 4)).await.unwrap();
+    let rows = members(&services, booked.id).await;
+    assert_eq!((rows[0].state.as_str(), rows[1].state.as_str()), ("running", "preempting"));
+    rentals::run_schedules(&services).await.unwrap();
+    let rows = members(&services, booked.id).await;
+    assert!(rows.iter().all(|m| m.state == "preempting" && m.notice.is_some()), "{rows:?}");
+    let deadline = |rental_id: i64| {
+        let services = services.clone();
+        async move {
+            rental_gpus::Entity::find()
+                .filter(rental_gpus::Column::RentalId.eq(rental_id))
+                .all(&services.db)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|h| h.ends_at)
+                .min()
+                .unwrap()
+        }
+    };
+    let cut = deadline(rows[1].id).await;
+    assert_eq!(deadline(rows[0].id).await, cut, "one deadline for the whole gang");
+    let gang_now = rentals::get_gang(&services, &renter, booked.id).await.unwrap();
+    assert_eq!(gang_now.state, GangState::Stopping);
+    assert!(
+        gang_now.timeline.iter().any(|e| e.rank == 0 && e.reason.contains("preempted as a whole (its rank 1 was)")),
+        "{:?}",
+        gang_now.timeline
+    );
+    // Run again: nothing more happens (no second notice).
+    let events = gang_now.timeline.len();
+    rentals::run_schedules(&services).await.unwrap();
+    assert_eq!(rentals::get_gang(&services, &renter, booked.id).await.unwrap().timeline.len(), events);
+
+    // Both agents stop their workloads: both preempted, each billed exactly its seconds.
+    let before = wallet(&services, &renter).await;
+    for m in &booked.members {
+        report(&services, m.host_id, m.rental_id, WorkloadStatus::Exited { code: Some(143) }).await;
+    }
+    let ended = rentals::get_gang(&services, &renter, booked.id).await.unwrap();
+    assert_eq!(ended.state, GangState::Ended);
+    assert!(ended.members.iter().all(|m| m.state == RentalState::Preempted), "{:?}", ended.members);
+    for member in &ended.members {
+        assert!((100..=101).contains(&member.billed_seconds), "{member:?}");
+        // Billed at the clearing price (the minimum bid, $0.80, with GPUs to spare).
+        assert_eq!(member.charged_micros, member.billed_seconds * 2 * 800_000 / 3600, "{member:?}");
+    }
+    let charged: i64 = ended.members.iter().map(|m| m.charged_micros).sum();
+    assert_eq!(before - wallet(&services, &renter).await, charged);
+    let _ = demand;
+}
+
+/// An on-demand gang preempts spot rentals as a single booking would (GPUs that spot holds
+/// count as free when the gang is placed), but only where free hosts are short.
+async fn an_on_demand_gang_preempts_spot_only_when_short(backend: Backend) {
+    let (_db, services, _provider, hosts) = fleet(backend, 1).await;
+    let spotter = testing::renter(&services, "spotter@example.com").dollars(1_000).await;
+    let on_pdx2 = rentals::book_offer(&services, &spotter, &spot(hosts[1], 1, 900_000)).await.unwrap();
+    let renter = testing::renter(&services, "renter@example.com").dollars(1_000).await;
+    // pdx-1 and pdx-3 are free: the spot rental on pdx-2 is left alone.
+    let first = rentals::book_gang(&services, &renter, &gang(2, 1)).await.unwrap();
+    assert_eq!(first.members.iter().map(|m| m.host_id).collect::<Vec<_>>(), [hosts[0], hosts[2]]);
+    let state = |id: i64| {
+        let (services, spotter) = (services.clone(), spotter.clone());
+        async move { rentals::get_rental(&services, &spotter, id).await.unwrap().rental.state }
+    };
+    assert_eq!(state(on_pdx2.id).await, RentalState::Requested);
+    rentals::stop_gang(&services, &renter, first.id).await.unwrap();
+    for m in &first.members {
+        report(&services, m.host_id, m.rental_id, WorkloadStatus::Detached).await;
+    }
+    // Spot on pdx-3 too: two free pdx hosts no longer exist, so the gang preempts one spot
+    // rental (pdx-2's, in host order) and no more.
+    let on_pdx3 = rentals::book_offer(&services, &spotter, &spot(hosts[2], 1, 900_000)).await.unwrap();
+    let second = rentals::book_gang(&services, &renter, &gang(2, 1)).await.unwrap();
+    assert_eq!(second.members.iter().map(|m| m.host_id).collect::<Vec<_>>(), [hosts[0], hosts[1]]);
+    assert_eq!(state(on_pdx2.id).await, RentalState::Preempting);
+    assert_eq!(state(on_pdx3.id).await, RentalState::Requested);
+}
+
 backend_tests!(
+    a_spot_gang_is_preempted_as_a_whole,
+    an_on_demand_gang_preempts_spot_only_when_short,
     gangs_book_all_or_nothing_on_one_fabric,
     a_gang_costs_its_whole_upfront,
     members_start_together_and_bill_exactly,

@@ -1,9 +1,10 @@
-//! Losing a member: the gang stops, or holds the others for a replacement; and the renter's
-//! stop of a whole gang.
+//! Losing a member: the gang stops, or holds the others for a replacement, or (spot) is
+//! preempted as a whole; and the renter's stop of a whole gang.
 
 use super::super::{
+    booking::preempt,
     lifecycle::stop_for,
-    state::{STARTED_OR_WAITING, names},
+    state::{STARTED_OR_WAITING, load_for_update, names, record},
 };
 use super::{
     LOST,
@@ -13,12 +14,15 @@ use crate::{
     AppError, AppResult, Services,
     auth::Principal,
     db::DbResultExt,
-    entities::{gangs, rentals},
+    entities::{gangs, rental_gpus, rentals},
+    stock,
 };
 use cardpool_domain::{
     gangs::{Gang, OnMemberLoss},
+    offers::RentalKind,
     rentals::RentalState,
 };
+use chrono::{DateTime, Duration, Utc};
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 
 /// Gangs whose member was lost: with `stop` (the default), every other live member is stopped,
@@ -44,15 +48,19 @@ pub async fn tend_gangs(services: &Services) -> AppResult<usize> {
         let Some(gang) = gangs::Entity::find_by_id(gang_id).one(&services.db).await.context("loading gang")? else {
             continue;
         };
-        if OnMemberLoss::parse(&gang.on_member_loss) != Some(OnMemberLoss::Stop) {
-            continue;
-        }
         let members = rentals::Entity::find()
             .filter(rentals::Column::GangId.eq(gang_id))
             .order_by_asc(rentals::Column::GangRank)
             .all(&services.db)
             .await
             .context("loading gang members")?;
+        if RentalKind::parse(&gang.kind) == Some(RentalKind::Spot) {
+            stopped += preempt_whole(services, gang_id, &members).await?;
+            continue;
+        }
+        if OnMemberLoss::parse(&gang.on_member_loss) != Some(OnMemberLoss::Stop) {
+            continue;
+        }
         let lost = members.iter().find(|m| RentalState::parse(&m.state).is_some_and(|s| LOST.contains(&s)));
         let Some(lost) = lost else { continue };
         let by = format!(
@@ -71,6 +79,47 @@ pub async fn tend_gangs(services: &Services) -> AppResult<usize> {
         }
     }
     Ok(stopped)
+}
+
+/// A spot gang one of whose members is being preempted (or was): every other live member gets
+/// the same notice, its holds cut at the same deadline (or now, when the first is already
+/// gone), so the gang stops as one and its GPUs go to the demand that preempted it. Returns
+/// the members it gave notice.
+async fn preempt_whole(services: &Services, gang_id: i64, members: &[rentals::Model]) -> AppResult<usize> {
+    let preempted = [RentalState::Preempting.as_str(), RentalState::Preempted.as_str()];
+    let Some(first) = members.iter().find(|m| preempted.contains(&m.state.as_str())) else {
+        return Ok(0);
+    };
+    let now = Utc::now();
+    let deadline: Option<DateTime<Utc>> = rental_gpus::Entity::find()
+        .select_only()
+        .column_as(rental_gpus::Column::EndsAt.min(), "deadline")
+        .filter(rental_gpus::Column::RentalId.eq(first.id))
+        .filter(rental_gpus::Column::Active.eq(true))
+        .into_tuple::<Option<DateTime<Utc>>>()
+        .one(&services.db)
+        .await
+        .context("reading the preemption deadline")?
+        .flatten();
+    let cut = deadline.filter(|_| first.state == RentalState::Preempting.as_str()).unwrap_or(now).max(now);
+    let notice = Duration::seconds(i64::from(services.settings.rentals.preemption_notice_secs));
+    let reason = format!("gang #{gang_id} is preempted as a whole (its rank {} was)", first.gang_rank.unwrap_or(0));
+    let mut noticed = 0;
+    for member in members.iter().filter(|m| names(&STARTED_OR_WAITING).contains(&m.state.as_str())) {
+        let txn = services.begin_write().await.context("starting gang preemption")?;
+        let current = load_for_update(&txn, member.id).await?;
+        if !names(&STARTED_OR_WAITING).contains(&current.state.as_str()) {
+            continue;
+        }
+        preempt(&txn, std::slice::from_ref(&current), cut, now, notice).await?;
+        record(&txn, current.id, RentalState::Preempting, &reason, now).await?;
+        let stock_change = stock::refresh_stock(&txn, current.host_id).await?;
+        txn.commit().await.context("committing gang preemption")?;
+        stock_change.published(services);
+        services.wake_host(current.host_id);
+        noticed += 1;
+    }
+    Ok(noticed)
 }
 
 /// Stops every live member of one of the caller's gangs.

@@ -9,7 +9,8 @@
 //! waits (unbilled); the report that makes every member ready moves all of them to `running`
 //! with one `running_since`, in one transaction ([`member_ready`]). A member lost (failed,
 //! interrupted or preempted) stops the others, unless the renter chose to hold them for a
-//! replacement ([`tend_gangs`], run by the schedules).
+//! replacement ([`tend_gangs`], run by the schedules). A spot gang is preempted as a whole: a
+//! member's preemption notice is given to every member, with its deadline.
 
 mod barrier;
 mod loss;
@@ -21,8 +22,9 @@ pub(super) use views::rendezvous;
 pub use views::{get_gang, list_gangs};
 
 use super::{
-    booking::{Membership, NO_OVERLAP, Window, book_in, lock_candidates, taken, validate},
+    booking::{Membership, NO_OVERLAP, Window, book_in, lock_candidates, preemptible, taken, validate},
     pricing::cost,
+    spot::check_bid,
     state::{LIVE, STARTED_OR_WAITING, names},
 };
 use crate::{
@@ -179,6 +181,7 @@ pub async fn replace_member(services: &Services, principal: &Principal, gang_id:
         nodes: 1,
         gpus_per_node: template.gpu_count,
         kind: RentalKind::OnDemand,
+        bid_micros: None,
         fabric_id: Some(gang.fabric_id.clone()),
         workload: template.workload.clone(),
         starts_at: None,
@@ -216,8 +219,11 @@ fn member_request(request: &BookGangRequest) -> AppResult<BookOfferRequest> {
     if request.gpus_per_node == 0 || request.gpus_per_node > MAX_GPUS_PER_NODE {
         fields.insert("gpus_per_node".into(), format!("between 1 and {MAX_GPUS_PER_NODE}"));
     }
-    if request.kind == RentalKind::Spot {
-        fields.insert("kind".into(), "gangs are on-demand or reserved".into());
+    if request.kind == RentalKind::Spot && request.bid_micros.is_none_or(|b| b <= 0) {
+        fields.insert("bid_micros".into(), "a spot gang needs a bid per GPU-hour".into());
+    }
+    if request.kind == RentalKind::Spot && request.on_member_loss == OnMemberLoss::Hold {
+        fields.insert("on_member_loss".into(), "a spot gang is preempted as a whole; it cannot hold its members".into());
     }
     if request.master_port.is_some_and(|p| p < 1024) {
         fields.insert("master_port".into(), "a port from 1024 to 65535".into());
@@ -240,7 +246,7 @@ fn member_request(request: &BookGangRequest) -> AppResult<BookOfferRequest> {
         gpu_count: request.gpus_per_node,
         kind: request.kind,
         workload: request.workload.clone(),
-        bid_micros: None,
+        bid_micros: request.bid_micros,
         starts_at: request.starts_at,
         hours: request.hours,
         stop_when_idle: false,
@@ -257,9 +263,10 @@ struct Placement {
 }
 
 /// Chooses the hosts: of every fabric, its hosts (listed, reachable at a fabric address, not
-/// the renter's own, online unless reserved, priced for the model) with enough GPUs free for
-/// the whole window; the fabric whose cheapest `nodes` such hosts cost least wins, and its
-/// hosts take ranks in price order. Every candidate's GPUs are locked (in host order, so two
+/// the renter's own, online unless reserved, priced for the model, within a spot bid's range)
+/// with enough GPUs free for the whole window, or free once the spot rentals this booking
+/// outbids yield them; the fabric whose best `nodes` such hosts preempt least and then cost
+/// least wins, and its hosts take ranks in that order (hosts that preempt nobody first). Every candidate's GPUs are locked (in host order, so two
 /// gang bookings never wait on each other crosswise) and stay locked until the commit.
 async fn place(
     txn: &DatabaseTransaction,
@@ -294,13 +301,26 @@ async fn place(
         .into_iter()
         .map(|p| (p.host_id, p))
         .collect();
-    let mut fabrics: BTreeMap<String, Vec<(i64, hosts::Model)>> = BTreeMap::new();
+    // Per fabric: each candidate with its rank (whether it preempts, its price per GPU-hour).
+    type Ranked = ((bool, i64), hosts::Model);
+    let mut fabrics: BTreeMap<String, Vec<Ranked>> = BTreeMap::new();
     for host in candidates {
         let Some(price) = prices.get(&host.id) else { continue };
-        let per_gpu = if request.kind == RentalKind::Reserved { price.reserved_micros } else { price.on_demand_micros };
+        let per_gpu = match (request.kind, template.bid_micros) {
+            (RentalKind::Reserved, _) => price.reserved_micros,
+            (RentalKind::OnDemand, _) => price.on_demand_micros,
+            // A host the bid cannot book is no candidate.
+            (RentalKind::Spot, Some(bid)) if check_bid(price, bid).is_ok() => price.spot_min_bid_micros,
+            (RentalKind::Spot, _) => continue,
+        };
         let units = lock_candidates(txn, &host, template, window).await?;
-        if units.free_unless(&HashSet::new()).len() >= template.gpu_count as usize {
-            fabrics.entry(host.fabric_id.clone().unwrap_or_default()).or_default().push((per_gpu, host));
+        let wanted = template.gpu_count as usize;
+        // What the member's booking may preempt counts as free (it preempts as a single
+        // booking would), but a host where nothing must yield comes first.
+        let preempts = units.free_unless(&HashSet::new()).len() < wanted;
+        let yielding = preemptible(txn, &units, template.bid_micros).await?.into_iter().map(|r| r.id).collect();
+        if units.free_unless(&yielding).len() >= wanted {
+            fabrics.entry(host.fabric_id.clone().unwrap_or_default()).or_default().push(((preempts, per_gpu), host));
         }
     }
     let nodes = request.nodes as usize;
@@ -308,22 +328,24 @@ async fn place(
         .into_iter()
         .filter(|(_, hosts)| hosts.len() >= nodes)
         .map(|(fabric, mut hosts)| {
-            hosts.sort_by_key(|(price, host)| (*price, host.id));
+            hosts.sort_by_key(|(rank, host)| (*rank, host.id));
             hosts.truncate(nodes);
-            let total: i64 = hosts.iter().map(|(price, _)| price).sum();
-            (total, fabric, hosts)
+            let preempting = hosts.iter().filter(|((preempts, _), _)| *preempts).count();
+            let total: i64 = hosts.iter().map(|((_, price), _)| price).sum();
+            ((preempting, total), fabric, hosts)
         })
         .min_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
     let Some((_, fabric_id, chosen)) = best else {
         return Err(AppError::conflict(format!(
-            "no fabric has {} hosts with {} {} free{}",
+            "no fabric has {} hosts with {} {} free{}{}",
             request.nodes,
             request.gpus_per_node,
             template.gpu_model,
-            request.fabric_id.as_deref().map(|f| format!(" on fabric {f}")).unwrap_or_default()
+            request.fabric_id.as_deref().map(|f| format!(" on fabric {f}")).unwrap_or_default(),
+            template.bid_micros.map(|b| format!(" at a bid of ${}/GPU-h", format_dollars(b))).unwrap_or_default()
         )));
     };
-    let (prices, hosts) = chosen.into_iter().unzip();
+    let (prices, hosts) = chosen.into_iter().map(|((_, price), host)| (price, host)).unzip();
     Ok(Placement { fabric_id, hosts, prices })
 }
 
@@ -338,10 +360,16 @@ async fn check_wallet(
 ) -> AppResult<()> {
     let secs = if request.kind == RentalKind::Reserved { (window.end - window.start).num_seconds() } else { 3600 };
     let gpus = i64::from(request.gpus_per_node);
-    let upfront: i64 = placement.prices.iter().map(|price| cost(*price, gpus, secs)).sum();
+    // A spot member may cost up to the bid.
+    let rate = |price: i64| request.bid_micros.filter(|_| request.kind == RentalKind::Spot).unwrap_or(price);
+    let upfront: i64 = placement.prices.iter().map(|price| cost(rate(*price), gpus, secs)).sum();
     let balance = ledger::balance(txn, Book::Wallet(principal.user_id)).await?;
     if balance < upfront {
-        let what = if request.kind == RentalKind::Reserved { "the reservation" } else { "an hour" };
+        let what = match request.kind {
+            RentalKind::Reserved => "the reservation",
+            RentalKind::Spot => "an hour at your bid",
+            RentalKind::OnDemand => "an hour",
+        };
         return Err(AppError::PaymentRequired(format!(
             "{what} of a {}×{} {} gang costs ${}; your balance is ${} (short by ${})",
             request.nodes,
