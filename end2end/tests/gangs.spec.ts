@@ -62,3 +62,47 @@ test("a renter books a 2×8-GPU gang on one fabric, sees it start together, and 
   await page.goto("/rentals");
   await expect(page.getByTestId("gang-row").first()).toContainText("2 hosts × 8 NVIDIA H100 80GB HBM3");
 });
+
+test("a spot gang is booked with one bid and preempted as a whole when demand takes one host", async ({ page }, testInfo) => {
+  test.setTimeout(120_000);
+  const origin = new URL(String(testInfo.project.use.baseURL)).origin;
+  await signIn(page, "renter@demo.cardpool.dev");
+  await page.goto("/gangs/new?model=NVIDIA%20H100%2080GB%20HBM3&fabric=fra-ib-1");
+  await hydrated(page);
+  await page.getByLabel("Gang kind").selectOption("spot");
+  // Spot stops as a whole: no choice to keep the others.
+  await expect(page.getByText("If a member is lost")).toBeHidden();
+  await page.getByLabel("GPUs per host").fill("8");
+  await page.getByLabel("Command").fill(RANKS);
+  // A spot gang needs a bid.
+  await page.getByRole("button", { name: "Book gang" }).click();
+  await expect(page.getByText("your bid per GPU-hour")).toBeVisible();
+  await page.getByLabel("Your bid").fill("2.00");
+  await page.getByRole("button", { name: "Book gang" }).click();
+  await expect(page).toHaveURL(/\/gangs\/\d+$/);
+  await expect(page.getByTestId("gang-state")).toHaveText("Running", { timeout: 30_000 });
+  await expect(page.getByText("preempted as a whole")).toBeVisible();
+  const gangId = Number(page.url().split("/").pop());
+
+  // On-demand demand for all of rank 1's host preempts rank 1, and with it the whole gang.
+  const gang = await (await page.request.get(`/api/v1/gangs/${gangId}`)).json();
+  const rank1 = gang.members.find((m: any) => m.rank === 1);
+  const demand = await page.request.post("/api/v1/rentals", {
+    headers: { origin },
+    data: { host_id: rank1.host_id, gpu_model: gang.gpu_model, gpu_count: 8, kind: "on_demand", workload: { command: "sleep 600" } },
+  });
+  expect(demand.status(), await demand.text()).toBe(201);
+  const demandId: number = (await demand.json()).id;
+  try {
+    await expect(page.getByTestId("gang-state")).toHaveText("Ended", { timeout: 60_000 });
+    const members = page.getByTestId("gang-member");
+    await expect(members).toHaveCount(2);
+    for (const i of [0, 1]) {
+      await expect(members.nth(i)).toContainText("Preempted");
+    }
+    await expect(page.getByText(`gang #${gangId} is preempted as a whole (its rank 1 was)`)).toBeVisible();
+    await snap(page, "gang-spot-preempted");
+  } finally {
+    await page.request.post(`/api/v1/rentals/${demandId}/stop`, { headers: { origin } });
+  }
+});

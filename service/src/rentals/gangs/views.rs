@@ -29,7 +29,8 @@ pub async fn get_gang(services: &Services, principal: &Principal, gang_id: i64) 
     view(&services.db, owned_gang(services, principal, gang_id).await?).await
 }
 
-/// The caller's gangs, newest first (the latest 50).
+/// The caller's gangs, newest first (the latest 50), without their timelines (the list shows
+/// none; each gang's page has its own).
 pub async fn list_gangs(services: &Services, principal: &Principal) -> AppResult<GangList> {
     let rows = gangs::Entity::find()
         .filter(gangs::Column::RenterId.eq(principal.user_id))
@@ -40,12 +41,32 @@ pub async fn list_gangs(services: &Services, principal: &Principal) -> AppResult
         .context("listing gangs")?;
     let mut gangs = Vec::with_capacity(rows.len());
     for row in rows {
-        gangs.push(view(&services.db, row).await?);
+        gangs.push(view_with(&services.db, row, false).await?);
     }
     Ok(GangList { gangs })
 }
 
+/// A gang as its page shows it, timeline included.
 pub(super) async fn view(conn: &impl ConnectionTrait, gang: gangs::Model) -> AppResult<Gang> {
+    view_with(conn, gang, true).await
+}
+
+/// The fabric addresses of `hosts` (a host without one is left out).
+async fn fabric_addresses(
+    conn: &impl ConnectionTrait,
+    hosts: impl IntoIterator<Item = i64>,
+) -> AppResult<BTreeMap<i64, String>> {
+    Ok(hosts::Entity::find()
+        .filter(hosts::Column::Id.is_in(hosts))
+        .all(conn)
+        .await
+        .context("loading gang hosts")?
+        .into_iter()
+        .filter_map(|h| Some((h.id, h.fabric_addr?)))
+        .collect())
+}
+
+async fn view_with(conn: &impl ConnectionTrait, gang: gangs::Model, with_timeline: bool) -> AppResult<Gang> {
     let rows = rentals::Entity::find()
         .filter(rentals::Column::GangId.eq(gang.id))
         .order_by_asc(rentals::Column::GangRank)
@@ -53,14 +74,7 @@ pub(super) async fn view(conn: &impl ConnectionTrait, gang: gangs::Model) -> App
         .all(conn)
         .await
         .context("loading gang members")?;
-    let addresses: BTreeMap<i64, String> = hosts::Entity::find()
-        .filter(hosts::Column::Id.is_in(rows.iter().map(|r| r.host_id)))
-        .all(conn)
-        .await
-        .context("loading gang hosts")?
-        .into_iter()
-        .map(|h| (h.id, h.fabric_addr.unwrap_or_default()))
-        .collect();
+    let addresses = fabric_addresses(conn, rows.iter().map(|r| r.host_id)).await?;
     let mut members = Vec::with_capacity(rows.len());
     for row in rows {
         let rank = u32::try_from(row.gang_rank.unwrap_or(0)).unwrap_or(0);
@@ -80,23 +94,7 @@ pub(super) async fn view(conn: &impl ConnectionTrait, gang: gangs::Model) -> App
         });
     }
     let ranks: BTreeMap<i64, u32> = members.iter().map(|m| (m.rental_id, m.rank)).collect();
-    let mut timeline: Vec<GangEvent> = rental_events::Entity::find()
-        .filter(rental_events::Column::RentalId.is_in(ranks.keys().copied()))
-        .order_by_desc(rental_events::Column::Id)
-        .limit(200)
-        .all(conn)
-        .await
-        .context("loading the gang's timeline")?
-        .into_iter()
-        .map(|e| GangEvent {
-            rank: ranks.get(&e.rental_id).copied().unwrap_or(0),
-            rental_id: e.rental_id,
-            state: RentalState::parse(&e.state).unwrap_or(RentalState::Failed),
-            reason: e.reason,
-            at: e.at,
-        })
-        .collect();
-    timeline.reverse();
+    let timeline = if with_timeline { timeline(conn, &ranks).await? } else { Vec::new() };
     // The current member of each rank (a replacement follows the member it replaced).
     let mut current: BTreeMap<u32, &GangMember> = BTreeMap::new();
     for member in &members {
@@ -123,6 +121,28 @@ pub(super) async fn view(conn: &impl ConnectionTrait, gang: gangs::Model) -> App
     })
 }
 
+/// The members' steps (`ranks`: each member's rental id and rank), oldest first, the latest 200.
+async fn timeline(conn: &impl ConnectionTrait, ranks: &BTreeMap<i64, u32>) -> AppResult<Vec<GangEvent>> {
+    let mut timeline: Vec<GangEvent> = rental_events::Entity::find()
+        .filter(rental_events::Column::RentalId.is_in(ranks.keys().copied()))
+        .order_by_desc(rental_events::Column::Id)
+        .limit(200)
+        .all(conn)
+        .await
+        .context("loading the gang's timeline")?
+        .into_iter()
+        .map(|e| GangEvent {
+            rank: ranks.get(&e.rental_id).copied().unwrap_or(0),
+            rental_id: e.rental_id,
+            state: RentalState::parse(&e.state).unwrap_or(RentalState::Failed),
+            reason: e.reason,
+            at: e.at,
+        })
+        .collect();
+    timeline.reverse();
+    Ok(timeline)
+}
+
 /// The rendezvous environment of a gang member's workload (nothing for other rentals), and
 /// where rank 0 listens: its host's fabric address and the gang's port.
 pub(crate) async fn rendezvous(
@@ -133,28 +153,14 @@ pub(crate) async fn rendezvous(
     let Some(gang) = gangs::Entity::find_by_id(gang_id).one(conn).await.context("loading gang")? else {
         return Ok(None);
     };
-    let master = rentals::Entity::find()
-        .filter(rentals::Column::GangId.eq(gang_id))
-        .filter(rentals::Column::GangRank.eq(0))
-        .filter(rentals::Column::State.is_in(names(&LIVE)))
-        .one(conn)
-        .await
-        .context("loading rank 0")?;
-    let Some(master) = master else { return Ok(None) };
     let members = rentals::Entity::find()
         .filter(rentals::Column::GangId.eq(gang_id))
         .filter(rentals::Column::State.is_in(names(&LIVE)))
         .all(conn)
         .await
         .context("loading gang members")?;
-    let addresses: BTreeMap<i64, String> = hosts::Entity::find()
-        .filter(hosts::Column::Id.is_in(members.iter().map(|m| m.host_id)))
-        .all(conn)
-        .await
-        .context("loading gang hosts")?
-        .into_iter()
-        .filter_map(|h| Some((h.id, h.fabric_addr?)))
-        .collect();
+    let Some(master) = members.iter().find(|m| m.gang_rank == Some(0)) else { return Ok(None) };
+    let addresses = fabric_addresses(conn, members.iter().map(|m| m.host_id)).await?;
     let address = addresses.get(&master.host_id).cloned().unwrap_or_default();
     let port = u16::try_from(gang.master_port).unwrap_or(DEFAULT_MASTER_PORT);
     let rank = u32::try_from(rank).unwrap_or(0);
