@@ -6,11 +6,11 @@
 //! SIGTERM or Ctrl-C closes the connection cleanly and exits 0.
 
 use crate::{
+    devices::DeviceMap,
     gpu::GpuSource,
     host,
     runtime::{Runtimes, WorkloadMode},
     shares::HostShares,
-    slices::MigPlaces,
     state::AgentState,
     supervisor::{StatusUpdate, Supervisor},
     telemetry::{self, FRAMES_PER_MESSAGE, IN_FLIGHT_FRAMES, TelemetryBuffer},
@@ -104,8 +104,8 @@ struct Agent<'a> {
     source: &'a dyn GpuSource,
     location: Option<String>,
     supervisor: Supervisor,
-    /// Where the MIG slices the GPU source last reported are (the sandbox reads it).
-    slices: MigPlaces,
+    /// The GPUs and MIG slices the GPU source last reported (the sandbox reads it).
+    devices: DeviceMap,
     /// The self-test's check of how workloads are isolated.
     isolation: cardpool_protocol::SelfTestCheck,
     telemetry: Mutex<TelemetryBuffer>,
@@ -125,9 +125,9 @@ pub async fn run(
     sample_interval: Duration,
 ) -> Result<(), String> {
     let url = gateway_url(&state.server)?;
-    let slices = MigPlaces::default();
-    slices.learn(&source.gpus().unwrap_or_default());
-    let runtimes = Runtimes::detect(mode, shares(source), slices.clone());
+    let devices = DeviceMap::default();
+    devices.learn(&source.gpus().unwrap_or_default());
+    let runtimes = Runtimes::detect(mode, shares(source), devices.clone());
     eprintln!("cardpool-agent: {}", runtimes.check.detail);
     let isolation = runtimes.check.clone();
     let reachable = crate::sandbox::reachable_rentals_dir(&rentals_dir);
@@ -150,7 +150,7 @@ pub async fn run(
         source,
         location,
         supervisor,
-        slices,
+        devices,
         isolation,
         telemetry: Mutex::new(TelemetryBuffer::new(telemetry::BUFFER_FRAMES)),
         fresh: Notify::new(),
@@ -257,7 +257,7 @@ async fn session(agent: &Agent<'_>, backoff: &mut Backoff, updates: &mut Unbound
 
     let mut last_inventory = match inventory(source, location) {
         Ok(inventory) => {
-            agent.slices.learn(&inventory.gpus);
+            agent.devices.learn(&inventory.gpus);
             inventory
         }
         Err(err) => return Ended::Refused(format!("cannot read the GPUs: {err}")),
@@ -318,7 +318,7 @@ async fn session(agent: &Agent<'_>, backoff: &mut Backoff, updates: &mut Unbound
                 supervisor.prune(KEEP_ENDED);
                 match inventory(source, location) {
                     Ok(current) if current != last_inventory => {
-                        agent.slices.learn(&current.gpus);
+                        agent.devices.learn(&current.gpus);
                         last_inventory = current.clone();
                         AgentMessage::Inventory(current)
                     }
@@ -467,7 +467,7 @@ mod tests {
             source: &source,
             location: None,
             supervisor,
-            slices: MigPlaces::default(),
+            devices: DeviceMap::default(),
             isolation: cardpool_protocol::SelfTestCheck {
                 name: "isolation".into(),
                 passed: true,

@@ -2,6 +2,7 @@
 //! agents in-process; the `cardpool-agent` binary is a thin command line over it.
 
 pub mod connection;
+pub mod devices;
 pub mod enrollment;
 pub mod firewall;
 pub mod gpu;
@@ -12,7 +13,6 @@ pub mod runtime;
 pub mod sandbox;
 pub mod selftest;
 pub mod shares;
-pub mod slices;
 pub mod state;
 pub mod supervisor;
 pub mod telemetry;

@@ -174,9 +174,9 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             let host = host::host_facts(source.location.clone());
             let report = match source.open(&host.hostname) {
                 Ok(gpus) => {
-                    let slices = cardpool_agent::slices::MigPlaces::default();
-                    slices.learn(&gpus.gpus().unwrap_or_default());
-                    let runtimes = Runtimes::detect(source.mode(), connection::shares(gpus.as_ref()), slices);
+                    let devices = cardpool_agent::devices::DeviceMap::default();
+                    devices.learn(&gpus.gpus().unwrap_or_default());
+                    let runtimes = Runtimes::detect(source.mode(), connection::shares(gpus.as_ref()), devices);
                     selftest::run(gpus.as_ref(), &host, &runtimes.check)
                 }
                 Err(message) => cardpool_protocol::SelfTestReport {

@@ -16,9 +16,9 @@
 //! agent owns and the workload sees read-only, so it cannot redirect the agent's write.
 
 use crate::{
+    devices::DeviceMap,
     sandbox::{SandboxRuntime, WORKSPACE_DIR},
     shares::HostShares,
-    slices::MigPlaces,
 };
 use cardpool_protocol::{AttachSpec, SelfTestCheck};
 use nix::sys::signal::Signal;
@@ -199,10 +199,11 @@ pub struct Runtimes {
 }
 
 impl Runtimes {
-    /// `slices` says where each MIG slice is, for the sandbox to give it its own nodes.
-    pub fn detect(mode: WorkloadMode, shares: HostShares, slices: MigPlaces) -> Runtimes {
-        let sandbox = SandboxRuntime::detect(shares)
-            .map(|s| s.with_slices(slices, PathBuf::from(crate::slices::CAPABILITIES_ROOT)));
+    /// `devices` says which GPU and MIG slice is where, for the sandbox to give each rental its
+    /// own nodes.
+    pub fn detect(mode: WorkloadMode, shares: HostShares, devices: DeviceMap) -> Runtimes {
+        let sandbox =
+            SandboxRuntime::detect(shares).map(|s| s.with_devices(devices, PathBuf::from(crate::devices::DRIVER_ROOT)));
         let check = |passed: bool, detail: String| SelfTestCheck { name: "isolation".into(), passed, detail };
         match mode {
             WorkloadMode::Simulate => match sandbox {

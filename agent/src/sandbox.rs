@@ -23,9 +23,9 @@
 //! it, `setsid` and double forks included.
 
 use crate::{
+    devices::DeviceMap,
     runtime::{NOTICE_DIR, NOTICE_FILE, Runtime, rental_env},
     shares::HostShares,
-    slices::MigPlaces,
 };
 use cardpool_protocol::AttachSpec;
 use nix::sys::signal::Signal;
@@ -93,7 +93,7 @@ const RENTAL_UID_BASE: u32 = 1_500_000_000;
 /// The uid and gid the workload sees inside its sandbox.
 const INSIDE_ID: &str = "1000";
 /// Driver nodes every CUDA process needs, beside its GPUs' `/dev/nvidiaN` (and a MIG slice's
-/// own caps nodes, see [`crate::slices`]).
+/// own caps nodes, see [`crate::devices`]).
 const CONTROL_NODES: [&str; 4] = ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"];
 
 /// The host uid a rental's processes run as, when the agent can switch users.
@@ -306,9 +306,10 @@ pub struct SandboxRuntime {
     bwrap: PathBuf,
     /// Where the host's device nodes are (`/dev`; tests use stand-in nodes elsewhere).
     dev_root: PathBuf,
-    /// Where the driver lists its MIG capabilities, and which slice is where.
-    capabilities: PathBuf,
-    slices: MigPlaces,
+    /// Where the driver describes its GPUs and capabilities, and which GPU and slice is where
+    /// (see [`crate::devices`]).
+    driver: PathBuf,
+    devices: DeviceMap,
     /// Whether each rental runs as its own host uid (the agent is root).
     own_uids: bool,
     cgroups: Cgroups,
@@ -344,8 +345,8 @@ impl SandboxRuntime {
         Ok(SandboxRuntime {
             bwrap,
             dev_root: PathBuf::from("/dev"),
-            capabilities: PathBuf::from(crate::slices::CAPABILITIES_ROOT),
-            slices: MigPlaces::default(),
+            driver: PathBuf::from(crate::devices::DRIVER_ROOT),
+            devices: DeviceMap::default(),
             own_uids,
             cgroups: Cgroups::detect(),
             shares,
@@ -360,11 +361,11 @@ impl SandboxRuntime {
         self
     }
 
-    /// Gives MIG slices their caps nodes by `slices`, whose minors the driver lists in
-    /// `capabilities`.
-    pub fn with_slices(mut self, slices: MigPlaces, capabilities: PathBuf) -> SandboxRuntime {
-        self.slices = slices;
-        self.capabilities = capabilities;
+    /// Gives GPUs and MIG slices their nodes by `devices` and what the driver says in `driver`
+    /// (`/proc/driver/nvidia`; tests lay out a stand-in).
+    pub fn with_devices(mut self, devices: DeviceMap, driver: PathBuf) -> SandboxRuntime {
+        self.devices = devices;
+        self.driver = driver;
         self
     }
 
@@ -408,12 +409,13 @@ impl SandboxRuntime {
             }
         }
         push(&["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp", "--tmpfs", "/run"]);
-        let devices = spec.gpu_indexes.iter().map(|i| format!("nvidia{i}")).chain(CONTROL_NODES.map(String::from));
+        let gpus = crate::devices::gpu_nodes(&self.devices, &self.driver, &spec.gpu_indexes);
+        let devices = gpus.into_iter().chain(CONTROL_NODES.map(String::from));
         for node in devices {
             let host = self.dev_root.join(&node);
             push(&["--dev-bind-try", &host.to_string_lossy(), &format!("/dev/{node}")]);
         }
-        for node in crate::slices::caps_nodes(&self.slices, &self.capabilities, &self.dev_root, &spec.gpu_uuids)? {
+        for node in crate::devices::caps_nodes(&self.devices, &self.driver, &self.dev_root, &spec.gpu_uuids)? {
             push(&["--dev-bind", &self.dev_root.join(&node).to_string_lossy(), &format!("/dev/{node}")]);
         }
         push(&["--bind", &workspace.to_string_lossy(), "/workspace"]);

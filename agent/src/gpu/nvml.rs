@@ -174,7 +174,7 @@ impl GpuSource for NvmlSource {
 
 /// The MIG devices now carved out of `device`: empty when MIG is off or unsupported. Read
 /// only; the layout is the provider's (`nvidia-smi mig`). The GPU and compute instance ids
-/// name the slice's `/dev/nvidia-caps` nodes (see [`crate::slices`]).
+/// name the slice's `/dev/nvidia-caps` nodes (see [`crate::devices`]).
 fn mig_instances(device: &Device<'_>) -> Vec<MigInstance> {
     if !device.mig_mode().is_ok_and(|mode| mode.current == 1) {
         return vec![];

@@ -360,7 +360,7 @@ async fn a_mig_slice_sees_its_own_caps_nodes_and_no_other_slice() {
     let _ = std::fs::remove_dir_all(&root);
     // Stand-in device nodes and the driver's capability files, laid out as the driver does:
     // two 3g.40gb slices of GPU 1, and the config and monitor capabilities.
-    let (dev, capabilities) = (root.join("dev"), root.join("capabilities"));
+    let (dev, driver) = (root.join("dev"), root.join("driver"));
     std::fs::create_dir_all(dev.join("nvidia-caps")).unwrap();
     for node in ["nvidia0", "nvidia1", "nvidiactl"] {
         std::fs::write(dev.join(node), format!("stand-in {node}\n")).unwrap();
@@ -373,20 +373,21 @@ async fn a_mig_slice_sees_its_own_caps_nodes_and_no_other_slice() {
         ("gpu1/mig/gi2/access", 138),
         ("gpu1/mig/gi2/ci0/access", 139),
     ] {
-        let file = capabilities.join(path);
+        let file = driver.join("capabilities").join(path);
         std::fs::create_dir_all(file.parent().unwrap()).unwrap();
         std::fs::write(&file, format!("DeviceFileMinor: {minor}\nDeviceFileMode: 292\nDeviceFileModify: 1\n")).unwrap();
         std::fs::write(dev.join(format!("nvidia-caps/nvidia-cap{minor}")), format!("cap {minor}\n")).unwrap();
     }
-    let source = cardpool_agent::gpu::simulated::SimulatedSource::new("2xH100-80GB:mig=3g.40gb*2", "h", vec![]).unwrap();
+    let source =
+        cardpool_agent::gpu::simulated::SimulatedSource::new("2xH100-80GB:mig=3g.40gb*2", "h", vec![]).unwrap();
     let gpus = cardpool_agent::gpu::GpuSource::gpus(&source).unwrap();
-    let slices = cardpool_agent::slices::MigPlaces::default();
-    slices.learn(&gpus);
+    let devices = cardpool_agent::devices::DeviceMap::default();
+    devices.learn(&gpus);
     let (mine, other) = (gpus[1].mig_instances[0].uuid.clone(), gpus[1].mig_instances[1].uuid.clone());
     let runtime = SandboxRuntime::detect(HostShares::new(2000, 4 << 30, 4))
         .unwrap_or_else(|why| panic!("{why}; run scripts/bootstrap.sh"))
         .with_dev_root(dev.clone())
-        .with_slices(slices.clone(), capabilities.clone());
+        .with_devices(devices.clone(), driver.clone());
     let rentals = root.join("rentals");
     let (supervisor, mut rx) = Supervisor::new(rentals.clone(), Some(Arc::new(runtime)), None);
     let slice = |rental_id: i64, uuid: &str, command: &str| AttachSpec {
@@ -418,21 +419,26 @@ exec sleep 3141"#;
     until(&mut rx, 51, |s| matches!(s, WorkloadStatus::Exited { .. } | WorkloadStatus::Failed { .. })).await;
 
     // A whole GPU gets no caps at all.
-    supervisor.attach(spec(52, 0, "echo \"caps: $(ls /dev/nvidia-caps 2>&1 | wc -l)\"; echo probed; exec sleep 3142", &[]));
+    supervisor.attach(spec(
+        52,
+        0,
+        "echo \"caps: $(ls /dev/nvidia-caps 2>&1 | wc -l)\"; echo probed; exec sleep 3142",
+        &[],
+    ));
     let log = log_contains(&rentals, 52, "probed").await;
     assert!(log.contains("caps: 1\n") && !log.contains("nvidia-cap"), "only ls's complaint: {log}");
     supervisor.detach(52);
 
     // A slice the source no longer reports (re-carved), or whose node is gone: never started
     // with a wider grant, failed with the reason.
-    slices.learn(&[]);
+    devices.learn(&[]);
     supervisor.attach(slice(53, &other, "echo never"));
     assert_eq!(until(&mut rx, 53, |_| true).await, WorkloadStatus::Provisioning);
     match until(&mut rx, 53, |_| true).await {
         WorkloadStatus::Failed { reason } => assert!(reason.contains("did not say"), "{reason}"),
         other => panic!("expected a failure, got {other:?}"),
     }
-    slices.learn(&gpus);
+    devices.learn(&gpus);
     std::fs::remove_file(dev.join("nvidia-caps/nvidia-cap139")).unwrap();
     supervisor.attach(slice(54, &other, "echo never"));
     assert_eq!(until(&mut rx, 54, |_| true).await, WorkloadStatus::Provisioning);

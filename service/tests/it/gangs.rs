@@ -88,7 +88,15 @@ async fn gangs_book_all_or_nothing_on_one_fabric(backend: Backend) {
         (gang(1, 8), "nodes"),
         (gang(2, 0), "gpus_per_node"),
         (BookGangRequest { kind: RentalKind::Spot, ..gang(2, 8) }, "bid_micros"),
-        (BookGangRequest { kind: RentalKind::Spot, bid_micros: Some(1_000_000), on_member_loss: OnMemberLoss::Hold, ..gang(2, 8) }, "on_member_loss"),
+        (
+            BookGangRequest {
+                kind: RentalKind::Spot,
+                bid_micros: Some(1_000_000),
+                on_member_loss: OnMemberLoss::Hold,
+                ..gang(2, 8)
+            },
+            "on_member_loss",
+        ),
         (BookGangRequest { bid_micros: Some(1_000_000), ..gang(2, 8) }, "bid_micros"),
         (BookGangRequest { master_port: Some(80), ..gang(2, 8) }, "master_port"),
         (BookGangRequest { workload: Workload::default(), ..gang(2, 8) }, "workload"),

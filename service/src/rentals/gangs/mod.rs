@@ -223,7 +223,8 @@ fn member_request(request: &BookGangRequest) -> AppResult<BookOfferRequest> {
         fields.insert("bid_micros".into(), "a spot gang needs a bid per GPU-hour".into());
     }
     if request.kind == RentalKind::Spot && request.on_member_loss == OnMemberLoss::Hold {
-        fields.insert("on_member_loss".into(), "a spot gang is preempted as a whole; it cannot hold its members".into());
+        fields
+            .insert("on_member_loss".into(), "a spot gang is preempted as a whole; it cannot hold its members".into());
     }
     if request.master_port.is_some_and(|p| p < 1024) {
         fields.insert("master_port".into(), "a port from 1024 to 65535".into());
