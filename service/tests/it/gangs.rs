@@ -458,7 +458,18 @@ async fn a_spot_gang_is_preempted_as_a_whole(backend: Backend) {
     }
     let charged: i64 = ended.members.iter().map(|m| m.charged_micros).sum();
     assert_eq!(before - wallet(&services, &renter).await, charged);
-    let _ = demand;
+    rentals::stop_rental(&services, &buyer, demand.id).await.unwrap();
+
+    // A spot gang that loses a member otherwise (its workload failed) stops, as any gang.
+    let second = rentals::book_gang(&services, &renter, &spot_gang(1_000_000)).await.unwrap();
+    for m in &second.members {
+        report(&services, m.host_id, m.rental_id, WorkloadStatus::Ready).await;
+    }
+    let failed = &second.members[1];
+    report(&services, failed.host_id, failed.rental_id, WorkloadStatus::Exited { code: Some(1) }).await;
+    rentals::run_schedules(&services).await.unwrap();
+    let after = rentals::get_gang(&services, &renter, second.id).await.unwrap();
+    assert_eq!(after.members[0].state, RentalState::Stopping, "{:?}", after.members);
 }
 
 /// An on-demand gang preempts spot rentals as a single booking would (GPUs that spot holds

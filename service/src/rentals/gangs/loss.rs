@@ -54,8 +54,11 @@ pub async fn tend_gangs(services: &Services) -> AppResult<usize> {
             .all(&services.db)
             .await
             .context("loading gang members")?;
-        if RentalKind::parse(&gang.kind) == Some(RentalKind::Spot) {
-            stopped += preempt_whole(services, gang_id, &members).await?;
+        // A spot gang being preempted goes as a whole; one that lost a member otherwise stops.
+        if RentalKind::parse(&gang.kind) == Some(RentalKind::Spot)
+            && let Some(noticed) = preempt_whole(services, gang_id, &members).await?
+        {
+            stopped += noticed;
             continue;
         }
         if OnMemberLoss::parse(&gang.on_member_loss) != Some(OnMemberLoss::Stop) {
@@ -84,11 +87,11 @@ pub async fn tend_gangs(services: &Services) -> AppResult<usize> {
 /// A spot gang one of whose members is being preempted (or was): every other live member gets
 /// the same notice, its holds cut at the same deadline (or now, when the first is already
 /// gone), so the gang stops as one and its GPUs go to the demand that preempted it. Returns
-/// the members it gave notice.
-async fn preempt_whole(services: &Services, gang_id: i64, members: &[rentals::Model]) -> AppResult<usize> {
+/// how many members it gave notice, or `None` when no member is being preempted.
+async fn preempt_whole(services: &Services, gang_id: i64, members: &[rentals::Model]) -> AppResult<Option<usize>> {
     let preempted = [RentalState::Preempting.as_str(), RentalState::Preempted.as_str()];
     let Some(first) = members.iter().find(|m| preempted.contains(&m.state.as_str())) else {
-        return Ok(0);
+        return Ok(None);
     };
     let now = Utc::now();
     let deadline: Option<DateTime<Utc>> = rental_gpus::Entity::find()
@@ -119,7 +122,7 @@ async fn preempt_whole(services: &Services, gang_id: i64, members: &[rentals::Mo
         services.wake_host(current.host_id);
         noticed += 1;
     }
-    Ok(noticed)
+    Ok(Some(noticed))
 }
 
 /// Stops every live member of one of the caller's gangs.
