@@ -378,6 +378,28 @@ async fn session(agent: &Agent<'_>, backoff: &mut Backoff, updates: &mut Unbound
                         tunnels.close(channel);
                         continue;
                     }
+                    Ok(ServerMessage::ApplyMigLayout { gpu_index, profiles }) => {
+                        if let Err(reason) = carve(agent, gpu_index, &profiles) {
+                            eprintln!("cardpool-agent: MIG layout of GPU {gpu_index} not applied: {reason}");
+                            let failed = AgentMessage::MigLayoutFailed { gpu_index, reason };
+                            let Ok(frame) = send(failed).await else { return Ended::Refused("cannot encode message".into()) };
+                            if let Err(err) = tx.send(frame).await {
+                                return Ended::Dropped(err.to_string());
+                            }
+                        }
+                        // Either way the server hears what the GPU holds now.
+                        match inventory(source, location) {
+                            Ok(current) => {
+                                agent.devices.learn(&current.gpus);
+                                last_inventory = current.clone();
+                                AgentMessage::Inventory(current)
+                            }
+                            Err(err) => {
+                                eprintln!("cardpool-agent: cannot read the GPUs: {err}");
+                                continue;
+                            }
+                        }
+                    }
                     Ok(ServerMessage::TelemetryAck { stream, sequence }) => {
                         agent.telemetry.lock().unwrap_or_else(|p| p.into_inner()).ack(stream, sequence);
                         // The window may have room again, or a replay has more to send.
@@ -400,6 +422,22 @@ async fn session(agent: &Agent<'_>, backoff: &mut Backoff, updates: &mut Unbound
             return Ended::Dropped(err.to_string());
         }
     }
+}
+
+/// Carves GPU `gpu_index` into the MIG layout the server sent, unless it already has it or a
+/// workload runs on it (the server checked no rental holds it; one may still be winding down).
+/// NVML carves in well under a second, so this runs on the connection's task.
+fn carve(agent: &Agent<'_>, gpu_index: u32, profiles: &[String]) -> Result<(), String> {
+    let gpus = agent.source.gpus().map_err(|e| e.to_string())?;
+    let gpu = gpus.iter().find(|g| g.index == gpu_index).ok_or_else(|| format!("this host has no GPU {gpu_index}"))?;
+    let now: Vec<&str> = gpu.mig_instances.iter().map(|m| m.profile.as_str()).collect();
+    if cardpool_protocol::mig::same_layout(&now, profiles) {
+        return Ok(());
+    }
+    if let Some(busy) = agent.supervisor.gpu_use().into_iter().find(|u| u.gpu_indexes.contains(&gpu_index)) {
+        return Err(format!("GPU {gpu_index} is in use by rental {}", busy.rental_id));
+    }
+    agent.source.apply_mig_layout(gpu_index, profiles).map_err(|e| e.to_string())
 }
 
 /// What changed in a self-test worth reporting: which checks pass, not their readings.

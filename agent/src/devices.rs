@@ -169,6 +169,7 @@ mod tests {
                     compute_instance_id: *ci,
                 })
                 .collect(),
+            mig_profiles: vec![],
         }
     }
 

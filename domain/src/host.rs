@@ -3,6 +3,9 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+/// MIG layouts: the profiles a GPU can make and the rule a layout keeps, as the agent keeps it.
+pub use cardpool_protocol::{MigProfile, mig};
+
 /// Where a host stands. Transitions are recorded as [`HostEvent`]s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -115,7 +118,17 @@ pub struct GpuView {
     /// How the provider sells it: whole, or as its MIG instances (each a unit of its own).
     #[serde(default)]
     pub sold_as: GpuSale,
-    /// `available` or `missing`.
+    /// The MIG profiles the host's agent can carve this GPU into; empty where it cannot (the
+    /// layout is then made on the host with `nvidia-smi mig`).
+    #[serde(default)]
+    pub mig_profiles: Vec<MigProfile>,
+    /// The layout asked for that the agent has not yet carved (one profile per instance).
+    #[serde(default)]
+    pub mig_layout_pending: Option<Vec<String>>,
+    /// Why the agent could not carve the last layout asked for.
+    #[serde(default)]
+    pub mig_layout_error: Option<String>,
+    /// `available`, `reconfiguring` (a MIG layout change is pending) or `missing`.
     pub state: String,
 }
 
@@ -146,6 +159,17 @@ pub struct GpuSaleRequest {
     /// The GPU's device index on the host.
     pub gpu_index: i32,
     pub sold_as: GpuSale,
+}
+
+/// A provider's choice of one GPU's MIG layout (`PUT /api/v1/hosts/{id}/mig-layout`): one
+/// profile name per instance, e.g. `["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct MigLayoutRequest {
+    /// The GPU's device index on the host.
+    pub gpu_index: i32,
+    #[cfg_attr(feature = "openapi", schema(max_items = 7))]
+    pub profiles: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

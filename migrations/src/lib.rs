@@ -29,6 +29,7 @@ mod m20261205_000019_gpu_mig;
 mod m20261206_000020_mig_slices;
 mod m20261206_000021_fabrics;
 mod m20261206_000022_gangs;
+mod m20261206_000023_mig_layouts;
 
 pub struct Migrator;
 
@@ -58,6 +59,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261206_000020_mig_slices::Migration),
             Box::new(m20261206_000021_fabrics::Migration),
             Box::new(m20261206_000022_gangs::Migration),
+            Box::new(m20261206_000023_mig_layouts::Migration),
         ]
     }
 }

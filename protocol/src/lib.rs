@@ -8,11 +8,13 @@
 use serde::{Deserialize, Serialize};
 
 pub mod decode;
+pub mod mig;
 pub mod tunnel;
+pub use mig::MigProfile;
 pub use tunnel::{ChannelTarget, Terminal};
 
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion { major: 1, minor: 7 };
+pub const PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion { major: 1, minor: 8 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProtocolVersion {
@@ -92,7 +94,13 @@ pub struct GpuInfo {
     /// exists). Added in 1.5.
     #[serde(default)]
     pub mig_instances: Vec<MigInstance>,
+    /// The MIG profiles the agent can carve this GPU into, reported only where it can apply a
+    /// layout itself ([`ServerMessage::ApplyMigLayout`]: MIG on, NVML, root). Empty otherwise:
+    /// the provider makes the layout with `nvidia-smi mig` and the agent lists it. Added in 1.8.
+    #[serde(default)]
+    pub mig_profiles: Vec<MigProfile>,
 }
+
 
 /// One MIG device: a GPU instance with one compute instance, which CUDA sees as a GPU of its
 /// own. This is what a slice rental hands to the workload.
@@ -145,7 +153,7 @@ mod tests {
 
     #[test]
     fn same_major_is_accepted_other_majors_refused_with_a_reason() {
-        assert!(PROTOCOL_VERSION.check_peer(ProtocolVersion { major: 1, minor: 8 }).is_ok());
+        assert!(PROTOCOL_VERSION.check_peer(ProtocolVersion { major: 1, minor: 9 }).is_ok());
         let err = PROTOCOL_VERSION.check_peer(ProtocolVersion { major: 2, minor: 0 }).unwrap_err();
         assert!(err.contains("2.0") && err.contains(&PROTOCOL_VERSION.to_string()), "{err}");
     }
@@ -229,6 +237,10 @@ pub enum AgentMessage {
     ChannelExit { channel: u64, code: Option<i32>, signal: Option<String> },
     /// The channel is gone on the agent's side.
     ChannelClosed { channel: u64 },
+    /// [`ServerMessage::ApplyMigLayout`] could not be carried out (the GPU is busy, NVML said
+    /// no, the placement does not fit); an inventory with what the GPU holds now follows
+    /// (since 1.8).
+    MigLayoutFailed { gpu_index: u32, reason: String },
 }
 
 /// A piece of a rental's workload log (stdout and stderr), by byte offset in everything the
@@ -387,6 +399,11 @@ pub enum ServerMessage {
     },
     /// `bytes` more of the agent's data were handed on to the SSH client.
     ChannelWindow { channel: u64, bytes: u64 },
+    /// Carve GPU `gpu_index` into MIG instances of these profiles, replacing its layout; the
+    /// provider chose it and nothing is rented on the GPU. Repeated until the agent's inventory
+    /// shows the layout or it answers [`AgentMessage::MigLayoutFailed`]; an agent whose GPU
+    /// already has it sends its inventory again (since 1.8; older agents ignore it).
+    ApplyMigLayout { gpu_index: u32, profiles: Vec<String> },
     /// The client sent everything (stdin closes).
     ChannelEof { channel: u64 },
     /// The client's terminal changed size.

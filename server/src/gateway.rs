@@ -7,7 +7,7 @@
 //! again every heartbeat interval, so a revoked host is cut off within seconds.
 //!
 //! Rentals: the connection sends the agent what `rentals::commands_for_host` says it must do
-//! (attach, preemption notice, detach) on connect, whenever the service signals a change on
+//! (attach, preemption notice, detach, carve a MIG layout) on connect, whenever the service signals a change on
 //! this host, and in answer to every heartbeat (which lists what the agent runs); the agent's workload reports drive the rental's
 //! state machine through `rentals::record_workload_status`.
 //!
@@ -300,6 +300,9 @@ async fn serve_connected(
                         rentals::record_workload_status(services, host.id, rental_id, &status).await
                     }
                     Ok(AgentMessage::SelfTest(report)) => hosts::record_self_test(services, host, &report).await,
+                    Ok(AgentMessage::MigLayoutFailed { gpu_index, reason }) => {
+                        hosts::record_layout_failure(services, host, gpu_index, &reason).await
+                    }
                     Ok(AgentMessage::Telemetry { stream, frames, dropped }) => {
                         match telemetry::accept(services, host.id, connection, stream, &frames, dropped).await {
                             Ok(Some(receipt)) => {

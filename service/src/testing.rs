@@ -291,6 +291,7 @@ async fn enroll_listed(
                     .filter(|j| *j != i && island(*j) == island(i))
                     .map(|j| uuids[j].clone())
                     .collect(),
+                mig_profiles: vec![],
             })
             .collect(),
     };

@@ -3,6 +3,7 @@
 
 pub mod mig;
 pub mod nvml;
+mod nvml_mig;
 pub mod simulated;
 
 use crate::supervisor::GpuUse;
@@ -46,4 +47,8 @@ pub trait GpuSource: Send + Sync {
     /// Every GPU's readings now (telemetry, once a second). `uses` says which rentals run on
     /// which GPUs: NVML measures for itself; the simulator loads those GPUs.
     fn sample(&self, uses: &[GpuUse]) -> Result<Vec<GpuSample>, SourceError>;
+    /// Carves GPU `index` into one MIG instance of each of `profiles`, replacing its layout.
+    /// Only for a GPU reported with `mig_profiles`; the caller has made sure no workload runs
+    /// on it.
+    fn apply_mig_layout(&self, index: u32, profiles: &[String]) -> Result<(), SourceError>;
 }

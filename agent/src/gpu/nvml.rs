@@ -5,7 +5,8 @@
 
 use super::{GpuHealth, GpuSource, SourceError};
 use crate::supervisor::GpuUse;
-use cardpool_protocol::{GpuInfo, GpuProcess, GpuSample, MigInstance, THROTTLE_REASONS};
+use super::nvml_mig;
+use cardpool_protocol::{GpuInfo, GpuProcess, GpuSample, THROTTLE_REASONS};
 use nvml_wrapper::{
     Device, Nvml,
     bitmasks::{device::ThrottleReasons, event::EventTypes},
@@ -135,10 +136,16 @@ impl GpuSource for NvmlSource {
                     power_limit_milliwatts: device.power_management_limit().ok(),
                     mig_enabled: device.mig_mode().ok().map(|m| m.current == 1),
                     nvlink_peers,
-                    mig_instances: mig_instances(device),
+                    mig_instances: nvml_mig::instances(device),
+                    mig_profiles: nvml_mig::profiles(device),
                 })
             })
             .collect()
+    }
+
+    fn apply_mig_layout(&self, index: u32, profiles: &[String]) -> Result<(), SourceError> {
+        let device = self.nvml.device_by_index(index).map_err(|e| SourceError(format!("NVML device {index}: {e}")))?;
+        nvml_mig::apply(&device, profiles)
     }
 
     fn sample(&self, _uses: &[GpuUse]) -> Result<Vec<GpuSample>, SourceError> {
@@ -170,70 +177,6 @@ impl GpuSource for NvmlSource {
             })
             .collect())
     }
-}
-
-/// The MIG devices now carved out of `device`: empty when MIG is off or unsupported. Read
-/// only; the layout is the provider's (`nvidia-smi mig`). The GPU and compute instance ids
-/// name the slice's `/dev/nvidia-caps` nodes (see [`crate::devices`]).
-fn mig_instances(device: &Device<'_>) -> Vec<MigInstance> {
-    if !device.mig_mode().is_ok_and(|mode| mode.current == 1) {
-        return vec![];
-    }
-    // The count is the most the GPU can hold; an index without an instance answers NotFound.
-    let slots = device.mig_device_count().unwrap_or(0);
-    (0..slots)
-        .filter_map(|slot| {
-            let mig = device.mig_device_by_index(slot).ok()?;
-            let attributes = mig.attributes().ok();
-            let memory_bytes = mig
-                .memory_info()
-                .map(|m| m.total)
-                .ok()
-                .or(attributes.as_ref().map(|a| a.memory_size_mb << 20))
-                .unwrap_or(0);
-            let compute_slices = attributes.as_ref().map_or(0, |a| a.gpu_instance_slice_count);
-            Some(MigInstance {
-                uuid: mig.uuid().ok()?,
-                profile: mig_profile(mig.name().ok().as_deref(), compute_slices, memory_bytes),
-                compute_slices,
-                memory_bytes,
-                gpu_instance_id: instance_id(&mig, InstanceId::Gpu),
-                compute_instance_id: instance_id(&mig, InstanceId::Compute),
-            })
-        })
-        .collect()
-}
-
-/// Which of a MIG device's two ids to read.
-enum InstanceId {
-    Gpu,
-    Compute,
-}
-
-/// A MIG device's GPU or compute instance id, by NVML's own functions (nvml-wrapper 0.13 wraps
-/// neither); `None` where the driver lacks them or says no.
-#[allow(unsafe_code)]
-fn instance_id(mig: &Device<'_>, which: InstanceId) -> Option<u32> {
-    let lib = mig.nvml().lib();
-    let function = match which {
-        InstanceId::Gpu => lib.nvmlDeviceGetGpuInstanceId.as_ref().ok()?,
-        InstanceId::Compute => lib.nvmlDeviceGetComputeInstanceId.as_ref().ok()?,
-    };
-    let mut id: std::os::raw::c_uint = 0;
-    // SAFETY: the handle is a live MIG device of this NVML (borrowed for the call), the
-    // function is the library's own symbol of the signature NVML declares, and `id` is a
-    // valid place for the one integer it writes.
-    let status = unsafe { function(mig.handle(), &mut id) };
-    (status == 0).then_some(id)
-}
-
-/// The profile of a MIG device: the last word of its name ("NVIDIA H100 80GB HBM3 MIG
-/// 3g.40gb"), else made from its slices and memory as NVIDIA names them.
-fn mig_profile(name: Option<&str>, compute_slices: u32, memory_bytes: u64) -> String {
-    name.and_then(|n| n.rsplit(' ').next())
-        .filter(|word| MigInstance::profile_memory_gb(word).is_some())
-        .map(str::to_owned)
-        .unwrap_or_else(|| format!("{compute_slices}g.{}gb", memory_bytes.div_ceil(1 << 30)))
 }
 
 /// Waits on NVML's XID event set for as long as the agent runs.
@@ -365,12 +308,5 @@ mod tests {
                 assert!(err.0.contains("--simulate"), "{err}");
             }
         }
-    }
-
-    #[test]
-    fn a_mig_profile_comes_from_the_device_name_or_its_slices() {
-        assert_eq!(mig_profile(Some("NVIDIA H100 80GB HBM3 MIG 3g.40gb"), 3, 40_192 << 20), "3g.40gb");
-        assert_eq!(mig_profile(Some("NVIDIA H100 MIG"), 1, 9_856 << 20), "1g.10gb");
-        assert_eq!(mig_profile(None, 7, 80 << 30), "7g.80gb");
     }
 }

@@ -1,11 +1,13 @@
 //! Simulated GPUs for demos and tests, described like `8xH100-80GB` or
 //! `4xH100-80GB,2xL40S-48GB` (a MIG layout after a group: `8xH100-80GB:mig=3g.40gb*2`, see
-//! [`super::mig`]), with scripted faults (`xid:0:79`, `ecc:1`, `overheat:2`,
+//! [`super::mig`]; such GPUs have MIG on and take any other layout the server sends), with
+//! scripted faults (`xid:0:79`, `ecc:1`, `overheat:2`,
 //! `throttle:3`, `offbus:4`) so every failure path can be exercised without hardware.
 
 use super::{GpuHealth, GpuSource, SourceError, mig};
 use crate::supervisor::GpuUse;
 use cardpool_protocol::{GpuInfo, GpuProcess, GpuSample};
+use std::sync::Arc;
 use sha2::{Digest, Sha256};
 use std::sync::{
     Mutex,
@@ -72,7 +74,8 @@ impl Fault {
 #[derive(Debug, Clone)]
 pub struct SimulatedSource {
     spec: String,
-    gpus: Vec<GpuInfo>,
+    /// The GPUs as they are now (a MIG layout the server sends re-carves one).
+    gpus: Arc<Mutex<Vec<GpuInfo>>>,
     faults: Vec<Fault>,
     /// XID faults are events: reported in the first sample only.
     xids_reported: std::sync::Arc<AtomicBool>,
@@ -105,14 +108,26 @@ impl SimulatedSource {
                 .iter()
                 .find(|(key, ..)| key.eq_ignore_ascii_case(model))
                 .ok_or_else(|| format!("unknown GPU model {model:?}; known: {}", known_models()))?;
-            let slots = layout.map(|layout| mig::parse_layout(model, layout)).transpose()?;
             let memory_gib: u64 =
                 model.rsplit_once('-').and_then(|(_, m)| m.trim_end_matches("GB").parse().ok()).unwrap_or(0);
+            let memory_total_bytes = memory_gib * 1024 * 1024 * 1024;
+            let profiles = mig::profiles(model, memory_total_bytes);
+            let layout = match (layout, &profiles) {
+                (None, _) => None,
+                (Some(_), None) => {
+                    return Err(format!("{model} has no MIG; MIG models: H200-141GB, H100-80GB, A100-80GB, A100-40GB"));
+                }
+                (Some(layout), Some(known)) => {
+                    let names = cardpool_protocol::mig::parse_layout(layout)?;
+                    let chosen = cardpool_protocol::mig::check_layout(known, &names)
+                        .map_err(|why| format!("MIG layout {layout:?} of {model}: {why}"))?;
+                    Some(chosen.into_iter().cloned().collect::<Vec<_>>())
+                }
+            };
             let first = gpus.len() as u32;
             let uuids: Vec<String> = (first..first + count).map(|i| uuid_for(seed, i)).collect();
             for (offset, uuid) in uuids.iter().enumerate() {
                 let index = first + offset as u32;
-                let memory_total_bytes = memory_gib * 1024 * 1024 * 1024;
                 gpus.push(GpuInfo {
                     index,
                     uuid: uuid.clone(),
@@ -122,12 +137,14 @@ impl SimulatedSource {
                     driver_version: DRIVER_VERSION.to_owned(),
                     cuda_version: CUDA_VERSION.to_owned(),
                     power_limit_milliwatts: Some(power_w * 1000),
-                    mig_enabled: has_mig.then_some(slots.is_some()),
+                    mig_enabled: has_mig.then_some(layout.is_some()),
                     nvlink_peers: if nvlink { uuids.iter().filter(|u| *u != uuid).cloned().collect() } else { vec![] },
-                    mig_instances: slots
+                    mig_instances: layout
                         .as_deref()
-                        .map(|slots| mig::instances(uuid, memory_total_bytes, slots))
+                        .map(|layout| mig::instances(uuid, &layout.iter().collect::<Vec<_>>()))
                         .unwrap_or_default(),
+                    // MIG on: the simulator can carve it, as an agent with root and NVML can.
+                    mig_profiles: if layout.is_some() { profiles.clone().unwrap_or_default() } else { vec![] },
                 });
             }
         }
@@ -142,7 +159,7 @@ impl SimulatedSource {
         }
         Ok(SimulatedSource {
             spec: spec.to_owned(),
-            gpus,
+            gpus: Arc::new(Mutex::new(gpus)),
             faults,
             xids_reported: Default::default(),
             energy: Default::default(),
@@ -169,7 +186,18 @@ impl GpuSource for SimulatedSource {
     }
 
     fn gpus(&self) -> Result<Vec<GpuInfo>, SourceError> {
-        Ok(self.gpus.iter().filter(|g| !self.faults.contains(&Fault::OffBus { gpu: g.index })).cloned().collect())
+        Ok(self.now().iter().filter(|g| !self.faults.contains(&Fault::OffBus { gpu: g.index })).cloned().collect())
+    }
+
+    fn apply_mig_layout(&self, index: u32, profiles: &[String]) -> Result<(), SourceError> {
+        let mut gpus = self.gpus.lock().unwrap_or_else(|p| p.into_inner());
+        let gpu = gpus.iter_mut().find(|g| g.index == index).ok_or_else(|| SourceError(format!("no GPU {index}")))?;
+        if gpu.mig_profiles.is_empty() {
+            return Err(SourceError(format!("GPU {index} has MIG off; the agent cannot carve it")));
+        }
+        let layout = cardpool_protocol::mig::check_layout(&gpu.mig_profiles, profiles).map_err(SourceError)?;
+        gpu.mig_instances = mig::instances(&gpu.uuid, &layout);
+        Ok(())
     }
 
     fn sample(&self, uses: &[GpuUse]) -> Result<Vec<GpuSample>, SourceError> {
@@ -179,7 +207,7 @@ impl GpuSource for SimulatedSource {
             .unwrap_or_default();
         let report_xids = !self.xids_reported.swap(true, Ordering::Relaxed);
         let mut samples: Vec<GpuSample> =
-            self.gpus.iter().map(|gpu| self.sample_gpu(gpu, t_secs, uses, report_xids)).collect();
+            self.now().iter().map(|gpu| self.sample_gpu(gpu, t_secs, uses, report_xids)).collect();
         // The energy counter advances by the power drawn since the previous sample.
         let mut energy = self.energy.lock().unwrap_or_else(|p| p.into_inner());
         energy.resize(samples.len(), (t_secs, 0));
@@ -194,7 +222,7 @@ impl GpuSource for SimulatedSource {
 
     fn health(&self) -> Result<Vec<GpuHealth>, SourceError> {
         Ok(self
-            .gpus
+            .now()
             .iter()
             .map(|gpu| {
                 let mut health = GpuHealth {
@@ -235,6 +263,10 @@ fn wave(t_secs: f64, index: u32, base: f64, swing: f64) -> f64 {
 }
 
 impl SimulatedSource {
+    fn now(&self) -> Vec<GpuInfo> {
+        self.gpus.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     fn sample_gpu(&self, gpu: &GpuInfo, t_secs: f64, uses: &[GpuUse], report_xids: bool) -> GpuSample {
         let mut sample = GpuSample { index: gpu.index, uuid: gpu.uuid.clone(), ..GpuSample::default() };
         let faults: Vec<&Fault> = self.faults.iter().filter(|f| f.gpu() == gpu.index).collect();
@@ -359,9 +391,27 @@ mod tests {
         }
         assert_ne!(gpus[0].mig_instances[0].uuid, gpus[1].mig_instances[0].uuid);
         assert_eq!((gpus[2].mig_enabled, gpus[2].mig_instances.len()), (Some(false), 0));
-        assert!(SimulatedSource::new("2xH100-80GB:mig=3g.40gb*3", "h", vec![]).unwrap_err().contains("memory eighths"));
+        assert!(SimulatedSource::new("2xH100-80GB:mig=3g.40gb*3", "h", vec![]).unwrap_err().contains("at most 2 instances"));
         assert!(SimulatedSource::new("2xL40S-48GB:mig=1g.10gb", "h", vec![]).unwrap_err().contains("has no MIG"));
         assert!(SimulatedSource::new("2xH100-80GB:fast", "h", vec![]).unwrap_err().contains("MIG layout"));
+    }
+
+    #[test]
+    fn a_gpu_with_mig_on_takes_a_new_layout_and_one_that_does_not_fit_is_refused() {
+        let source = SimulatedSource::new("1xH100-80GB:mig=3g.40gb*2,1xH100-80GB", "h", vec![]).unwrap();
+        let before = source.gpus().unwrap();
+        assert_eq!(before[0].mig_profiles.len(), 6, "MIG on: the simulator can carve it");
+        assert!(before[1].mig_profiles.is_empty(), "MIG off: nothing to carve");
+        let seven = vec!["1g.10gb".to_owned(); 7];
+        source.apply_mig_layout(0, &seven).unwrap();
+        let after = source.gpus().unwrap();
+        assert_eq!(after[0].mig_instances.len(), 7);
+        assert!(after[0].mig_instances.iter().all(|i| i.profile == "1g.10gb" && i.memory_bytes == 10 << 30));
+        let too_much = source.apply_mig_layout(0, &["7g.80gb".to_owned(), "1g.10gb".to_owned()]).unwrap_err();
+        assert!(too_much.0.contains("8 compute slices"), "{too_much}");
+        assert_eq!(source.gpus().unwrap()[0].mig_instances.len(), 7, "a refused layout changes nothing");
+        assert!(source.apply_mig_layout(1, &seven).unwrap_err().0.contains("MIG off"));
+        assert!(source.apply_mig_layout(9, &seven).is_err());
     }
 
     proptest! {

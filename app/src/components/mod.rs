@@ -9,6 +9,7 @@ pub mod kit;
 pub mod layout;
 pub mod limits;
 pub mod logs;
+pub mod mig_layout;
 pub mod money;
 pub mod numbers;
 pub mod session;

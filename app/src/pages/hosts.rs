@@ -8,7 +8,8 @@ use crate::{
         session::RequireSignIn,
     },
     server_fns::hosts::{
-        CreateEnrollmentToken, RevokeHost, SetGpuSale, SetHostFabric, SetHostListed, UpdateHostPricing, get_host,
+        CreateEnrollmentToken, RevokeHost, SetGpuSale, SetHostFabric, SetHostListed, SetMigLayout, UpdateHostPricing,
+        get_host,
         list_hosts,
     },
 };
@@ -153,16 +154,22 @@ fn Host() -> impl IntoView {
     let listing = ServerAction::<SetHostListed>::new();
     let sale = ServerAction::<SetGpuSale>::new();
     let fabric = ServerAction::<SetHostFabric>::new();
+    let layout = ServerAction::<SetMigLayout>::new();
     let tick = refresh_ticker();
     let detail = Resource::new(
         move || {
-            let changes =
-                (pricing.version().get(), listing.version().get(), sale.version().get(), fabric.version().get());
+            let changes = (
+                pricing.version().get(),
+                listing.version().get(),
+                sale.version().get(),
+                fabric.version().get(),
+                layout.version().get(),
+            );
             (id(), tick.get(), revoke.version().get(), changes)
         },
         |(id, ..)| get_host(id),
     );
-    let actions = HostActions { revoke, pricing, listing, sale, fabric };
+    let actions = HostActions { revoke, pricing, listing, sale, fabric, layout };
     view! {
         <Await resource=detail loading="Loading host…" ready=move |detail| view! { <HostDetailView detail actions /> } />
         <div class="mt-6">
@@ -179,11 +186,12 @@ struct HostActions {
     listing: ServerAction<SetHostListed>,
     sale: ServerAction<SetGpuSale>,
     fabric: ServerAction<SetHostFabric>,
+    layout: ServerAction<SetMigLayout>,
 }
 
 #[component]
 fn HostDetailView(detail: HostDetail, actions: HostActions) -> impl IntoView {
-    let HostActions { revoke, pricing, listing, sale, fabric } = actions;
+    let HostActions { revoke, pricing, listing, sale, fabric, layout } = actions;
     let host = detail.host;
     let revoked = host.status == HostStatus::Revoked;
     let models = units_sold(&detail.gpus);
@@ -241,6 +249,9 @@ fn HostDetailView(detail: HostDetail, actions: HostActions) -> impl IntoView {
                                         {(gpu.mig_enabled == Some(true)).then(|| view! { <span class="badge ml-1 bg-violet-50 text-violet-700 ring-violet-200">"MIG on"</span> })}
                                     </p>
                                     {(gpu.mig_enabled == Some(true) && !revoked).then(|| view! { <GpuSaleForm host_id=host.id gpu=gpu.clone() sale /> })}
+                                    {(!gpu.mig_profiles.is_empty() && !revoked).then(|| view! {
+                                        <crate::components::mig_layout::MigLayoutForm host_id=host.id gpu=gpu.clone() action=layout />
+                                    })}
                                     {(!gpu.mig_instances.is_empty()).then(|| {
                                         let instances = gpu.mig_instances.clone();
                                         view! {

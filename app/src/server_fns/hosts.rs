@@ -79,6 +79,17 @@ pub async fn set_gpu_sale(id: i64, gpu_index: i32, sold_as: String) -> Result<()
         .await
 }
 
+/// Asks the host's agent to carve one GPU into a MIG layout written as `3g.40gb*2+1g.10gb`.
+#[server(prefix = "/rpc", endpoint = "set_mig_layout", output = JsonOut)]
+pub async fn set_mig_layout(id: i64, gpu_index: i32, layout: String) -> Result<(), AppError> {
+    let profiles =
+        cardpool_domain::host::mig::parse_layout(&layout).map_err(|why| AppError::invalid_field("layout", why))?;
+    crate::ssr::signed_in(async |req, caller| {
+        hosts::set_mig_layout(&req.services, &caller, id, gpu_index, profiles).await
+    })
+    .await
+}
+
 /// Declares a host's fabric from the host page's form; an empty fabric id clears it.
 #[server(prefix = "/rpc", endpoint = "set_host_fabric", output = JsonOut)]
 pub async fn set_host_fabric(

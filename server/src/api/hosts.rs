@@ -12,7 +12,7 @@ use cardpool_domain::{
     error::ErrorBody,
     host::{
         CreateEnrollmentTokenRequest, CreatedEnrollmentToken, EnrollHostRequest, EnrolledHost, GpuModelPrice,
-        GpuSaleRequest, HostDetail, HostSummary, SetHostListedRequest,
+        GpuSaleRequest, HostDetail, HostSummary, MigLayoutRequest, SetHostListedRequest,
     },
 };
 use cardpool_service::hosts;
@@ -29,6 +29,7 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(update_host_pricing))
         .routes(routes!(set_host_listed))
         .routes(routes!(set_gpu_sale))
+        .routes(routes!(set_mig_layout))
         .routes(routes!(set_host_fabric))
 }
 
@@ -124,6 +125,25 @@ pub async fn set_gpu_sale(
     ApiJson(request): ApiJson<GpuSaleRequest>,
 ) -> ApiResult<StatusCode> {
     hosts::set_gpu_sale(&services, &caller, id.of("a host")?, request.gpu_index, request.sold_as).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Asks the host's agent to carve one GPU into a MIG layout: one instance per profile named,
+/// from the profiles the host reports for that GPU. The GPU is off the market until the agent
+/// reports the layout (or why it could not: `mig_layout_error` on the host). Refused while the
+/// GPU or a slice of it is rented or reserved, where the agent cannot carve it, and for a
+/// layout that does not fit the GPU. Asking for the layout it has cancels a pending change.
+#[utoipa::path(put, path = "/hosts/{id}/mig-layout", operation_id = "set_mig_layout", tag = "hosts",
+    params(("id" = i64, Path, description = "Host id")),
+    request_body = MigLayoutRequest,
+    responses((status = 204, description = "Asked of the agent"), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "Rented or reserved now", body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn set_mig_layout(
+    Caller(services, caller): Caller,
+    id: PathId,
+    ApiJson(request): ApiJson<MigLayoutRequest>,
+) -> ApiResult<StatusCode> {
+    hosts::set_mig_layout(&services, &caller, id.of("a host")?, request.gpu_index, request.profiles).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

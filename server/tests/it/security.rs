@@ -111,7 +111,7 @@ fn audience(operation: &str) -> Option<&'static [Who]> {
         "list_hosts" => PROVIDERS_AND_ADMIN,
         // One host: its provider (admins see it too, and may revoke it).
         "get_host" | "revoke_host" => HOST_OWNER_AND_ADMIN,
-        "update_host_pricing" | "set_host_listed" | "set_gpu_sale" | "set_host_fabric" => HOST_OWNER,
+        "update_host_pricing" | "set_host_listed" | "set_gpu_sale" | "set_mig_layout" | "set_host_fabric" => HOST_OWNER,
         // The platform's.
         "list_users" | "grant_admin" | "admin_credit" | "list_admin_credits" | "get_fleet" | "acknowledge_alert" => {
             ADMIN
@@ -259,6 +259,7 @@ async fn world(app: &TestApp) -> World {
         ("update_host_pricing", host),
         ("set_host_listed", host),
         ("set_gpu_sale", host),
+        ("set_mig_layout", host),
         ("set_host_fabric", host),
         ("grant_admin", other_renter.user_id),
         ("revoke_admin", suspect.user_id),
@@ -307,6 +308,7 @@ fn body(operation: &str) -> Value {
         "admin_credit" => json!({"email": "renter@example.com", "amount": "1", "kind": "credit", "reason": "matrix"}),
         "set_host_listed" => json!({"listed": true}),
         "set_gpu_sale" => json!({"gpu_index": 0, "sold_as": "whole"}),
+        "set_mig_layout" => json!({"gpu_index": 0, "profiles": ["1g.10gb"]}),
         "set_host_fabric" => json!({"fabric": {"fabric_id": "lab-ib", "interconnect": "infiniband", "gbps": 400}}),
         "update_host_pricing" => json!({
             "gpu_model": testing::TEST_GPU_MODEL, "on_demand_micros": 2_000_000, "reserved_micros": 1_600_000,

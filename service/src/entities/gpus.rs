@@ -21,7 +21,16 @@ pub struct Model {
     pub mig_enabled: Option<bool>,
     /// JSON array of [`cardpool_protocol::MigInstance`], the instances the agent reported.
     pub mig_instances: String,
-    /// `available` or `missing` (no longer in the host's inventory).
+    /// JSON array of [`cardpool_protocol::MigProfile`]: what the agent can carve this GPU into
+    /// (empty where it cannot carve it).
+    pub mig_profiles: String,
+    /// JSON array of profile names: the layout the provider asked for that the agent has not
+    /// yet reported; `None` when none is pending.
+    pub mig_layout_wanted: Option<String>,
+    /// Why the agent could not carve the last layout asked for.
+    pub mig_layout_error: Option<String>,
+    /// `available`, `reconfiguring` (a MIG layout change is pending: off the market) or
+    /// `missing` (no longer in the host's inventory).
     pub state: String,
     /// The physical GPU this MIG slice is carved from; `None` for a physical GPU.
     pub parent_id: Option<i64>,

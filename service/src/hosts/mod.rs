@@ -7,11 +7,14 @@
 //! are in `liveness`; every transition is recorded in `host_events`.
 
 mod fabric;
+mod layouts;
 mod liveness;
 mod units;
 
 pub(crate) use fabric::declared as declared_fabric;
 pub use fabric::{fabric_view, links, set_host_fabric};
+pub(crate) use layouts::layout_commands;
+pub use layouts::{record_layout_failure, set_mig_layout};
 pub use liveness::{
     connect_host, disconnect_host, is_connected_anywhere, mark_silent_hosts_offline, owns_connection,
     record_connection_heartbeat, record_heartbeat,
@@ -285,6 +288,7 @@ pub async fn record_inventory(services: &Services, host: &hosts::Model, inventor
     for gpu in &inventory.gpus {
         let peers = serde_json::to_string(&gpu.nvlink_peers).map_err(|_| AppError::Internal)?;
         let mig_instances = serde_json::to_string(&gpu.mig_instances).map_err(|_| AppError::Internal)?;
+        let mig_profiles = serde_json::to_string(&gpu.mig_profiles).map_err(|_| AppError::Internal)?;
         let mut row = match existing.get(&gpu.uuid) {
             Some(known) if known.parent_id.is_none() => known.clone().into_active_model(),
             Some(_) => return Err(AppError::invalid_field("gpus", "a GPU uuid repeats a MIG slice's")),
@@ -300,6 +304,7 @@ pub async fn record_inventory(services: &Services, host: &hosts::Model, inventor
         row.nvlink_peers = Set(peers);
         row.mig_enabled = Set(gpu.mig_enabled);
         row.mig_instances = Set(mig_instances);
+        row.mig_profiles = Set(mig_profiles);
         row.state = Set("available".into());
         row.updated_at = Set(now);
         let parent = if existing.contains_key(&gpu.uuid) {
@@ -309,6 +314,7 @@ pub async fn record_inventory(services: &Services, host: &hosts::Model, inventor
         };
         seen.push(gpu.uuid.clone());
         units::record_slices(&txn, &parent, gpu, &existing, &mut seen, now).await?;
+        layouts::settle(&txn, &parent, gpu).await?;
     }
     for gone in existing.values().filter(|g| !seen.contains(&g.uuid) && g.state != "missing") {
         let mut row = gone.clone().into_active_model();
@@ -419,6 +425,9 @@ pub async fn get_host(services: &Services, principal: &Principal, host_id: i64) 
                 mig_enabled: g.mig_enabled,
                 mig_instances: serde_json::from_str(&g.mig_instances).unwrap_or_default(),
                 sold_as: units::sale_of(g),
+                mig_profiles: serde_json::from_str(&g.mig_profiles).unwrap_or_default(),
+                mig_layout_pending: g.mig_layout_wanted.as_deref().and_then(|w| serde_json::from_str(w).ok()),
+                mig_layout_error: g.mig_layout_error.clone(),
                 state: g.state.clone(),
             })
             .collect(),

@@ -28,6 +28,8 @@ use std::collections::BTreeMap;
 
 /// The most MIG instances one GPU can hold (NVIDIA's: seven compute slices).
 pub const MAX_MIG_INSTANCES: usize = 7;
+/// The most MIG profiles a GPU may report (NVML knows 17 GPU instance profiles).
+const MAX_MIG_PROFILES: usize = 32;
 
 /// Refuses a report whose MIG instances could not be stored.
 pub(super) fn check_reported(gpu: &GpuInfo) -> AppResult<()> {
@@ -43,6 +45,12 @@ pub(super) fn check_reported(gpu: &GpuInfo) -> AppResult<()> {
         return Err(AppError::invalid_field(
             "mig_instances",
             "a MIG uuid is 1 to 64 bytes, a profile 1 to 32 of letters, digits, '.' and '+'",
+        ));
+    }
+    if gpu.mig_profiles.len() > MAX_MIG_PROFILES || gpu.mig_profiles.iter().any(|p| bad_profile(&p.name)) {
+        return Err(AppError::invalid_field(
+            "mig_profiles",
+            "a GPU offers at most 32 MIG profiles, each named by 1 to 32 letters, digits, '.' and '+'",
         ));
     }
     Ok(())
@@ -149,7 +157,7 @@ pub async fn set_gpu_sale(
     let mut rows = gpus::Entity::find()
         .filter(gpus::Column::HostId.eq(host.id))
         .filter(gpus::Column::DeviceIndex.eq(gpu_index))
-        .filter(gpus::Column::State.eq("available"));
+        .filter(gpus::Column::State.is_in(["available", super::layouts::RECONFIGURING]));
     if txn.get_database_backend() == DbBackend::Postgres {
         // The GPU's row and its slices' rows, as a booking of either locks them.
         rows = rows.lock_exclusive();
@@ -166,18 +174,7 @@ pub async fn set_gpu_sale(
             "this GPU reports no MIG instances; turn MIG on and create instances on the host first",
         ));
     }
-    let held = rental_gpus::Entity::find()
-        .filter(rental_gpus::Column::PhysicalGpuId.eq(gpu.id))
-        .filter(rental_gpus::Column::Active.eq(true))
-        .filter(rental_gpus::Column::EndsAt.gt(now))
-        .one(&txn)
-        .await
-        .context("loading holds")?;
-    if held.is_some() {
-        return Err(AppError::conflict(format!(
-            "GPU {gpu_index} is rented or reserved; change how it is sold once its rentals have ended"
-        )));
-    }
+    ensure_unheld(&txn, gpu, now, "change how it is sold").await?;
     let whole = sold_as == GpuSale::Whole;
     gpus::Entity::update_many()
         .col_expr(gpus::Column::ForSale, Expr::value(whole))
@@ -198,6 +195,30 @@ pub async fn set_gpu_sale(
     stock_change.published(services);
     tracing::info!(host.id = host.id, gpu.index = gpu_index, sold_as = sold_as.as_str(), "GPU sale changed");
     Ok(())
+}
+
+/// Refuses while a rental holds the GPU or a slice of it now or later: `change` says what must
+/// wait for its rentals to end.
+pub(super) async fn ensure_unheld(
+    conn: &impl ConnectionTrait,
+    gpu: &gpus::Model,
+    now: DateTime<Utc>,
+    change: &str,
+) -> AppResult<()> {
+    let held = rental_gpus::Entity::find()
+        .filter(rental_gpus::Column::PhysicalGpuId.eq(gpu.id))
+        .filter(rental_gpus::Column::Active.eq(true))
+        .filter(rental_gpus::Column::EndsAt.gt(now))
+        .one(conn)
+        .await
+        .context("loading holds")?;
+    match held {
+        Some(_) => Err(AppError::conflict(format!(
+            "GPU {} is rented or reserved; {change} once its rentals have ended",
+            gpu.device_index
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// How a physical GPU row is sold.

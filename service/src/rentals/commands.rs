@@ -1,5 +1,5 @@
-//! What a host's agent must do now (attach, preemption notice, detach), derived from the
-//! database each time, so the agent's handling can be idempotent and nothing is queued.
+//! What a host's agent must do now (attach, preemption notice, detach, carve a MIG layout),
+//! derived from the database each time, so the agent's handling can be idempotent and nothing is queued.
 
 use super::state::{LIVE, names};
 use crate::{
@@ -85,6 +85,7 @@ pub async fn commands_for_host(
             commands.push(ServerMessage::Detach { rental_id: rental.id });
         }
     }
+    commands.extend(crate::hosts::layout_commands(&services.db, host_id).await?);
     if let Some(running) = running_on_agent {
         let known: HashSet<i64> = live.iter().map(|r| r.id).collect();
         for id in running.iter().filter(|id| !known.contains(id)) {

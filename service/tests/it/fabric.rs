@@ -62,6 +62,7 @@ async fn fabrics_are_declared_checked_and_searched(backend: Backend) {
                 mig_enabled: None,
                 mig_instances: vec![],
                 nvlink_peers: vec![],
+                mig_profiles: vec![],
             })
             .collect(),
     };

@@ -42,6 +42,7 @@ fn inventory(uuids: &[&str]) -> Inventory {
                 mig_enabled: Some(false),
                 mig_instances: vec![],
                 nvlink_peers: vec![],
+                mig_profiles: vec![],
             })
             .collect(),
     }

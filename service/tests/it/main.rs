@@ -14,6 +14,7 @@ mod hosts;
 mod ledger;
 mod limits;
 mod mig;
+mod mig_layouts;
 mod money;
 mod offers;
 mod rentals;

@@ -183,6 +183,7 @@ async fn layout_changes_retire_slices(backend: Backend) {
             mig_enabled: mig,
             mig_instances: instances,
             nvlink_peers: vec![],
+            mig_profiles: vec![],
         }],
     };
     let instance = |uuid: &str, profile: &str, gib: u64| MigInstance {

@@ -74,6 +74,7 @@ async fn host(services: &Services, provider: &Principal, spec: Spec) -> i64 {
                 mig_enabled: None,
                 mig_instances: vec![],
                 nvlink_peers: if spec.nvlink { uuids.iter().filter(|u| *u != uuid).cloned().collect() } else { vec![] },
+                mig_profiles: vec![],
             })
             .collect(),
     };
