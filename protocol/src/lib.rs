@@ -101,7 +101,6 @@ pub struct GpuInfo {
     pub mig_profiles: Vec<MigProfile>,
 }
 
-
 /// One MIG device: a GPU instance with one compute instance, which CUDA sees as a GPU of its
 /// own. This is what a slice rental hands to the workload.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

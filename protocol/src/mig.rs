@@ -52,7 +52,10 @@ pub fn check_layout<'a>(profiles: &'a [MigProfile], wanted: &[String]) -> Result
     for profile in profiles {
         let count = chosen.iter().filter(|p| p.name == profile.name).count();
         if count > profile.max_instances as usize {
-            return Err(format!("a GPU holds at most {} instances of {}; {count} were asked", profile.max_instances, profile.name));
+            return Err(format!(
+                "a GPU holds at most {} instances of {}; {count} were asked",
+                profile.max_instances, profile.name
+            ));
         }
     }
     let compute: u32 = chosen.iter().map(|p| p.compute_slices).sum();
@@ -139,16 +142,23 @@ mod tests {
     use super::*;
 
     fn h100() -> Vec<MigProfile> {
-        [("1g.10gb", 1, 1, 7), ("1g.20gb", 1, 2, 4), ("2g.20gb", 2, 2, 3), ("3g.40gb", 3, 4, 2), ("4g.40gb", 4, 4, 1), ("7g.80gb", 7, 8, 1)]
-            .into_iter()
-            .map(|(name, compute_slices, memory_slices, max_instances)| MigProfile {
-                name: name.into(),
-                compute_slices,
-                memory_slices,
-                memory_bytes: u64::from(memory_slices) * (10 << 30),
-                max_instances,
-            })
-            .collect()
+        [
+            ("1g.10gb", 1, 1, 7),
+            ("1g.20gb", 1, 2, 4),
+            ("2g.20gb", 2, 2, 3),
+            ("3g.40gb", 3, 4, 2),
+            ("4g.40gb", 4, 4, 1),
+            ("7g.80gb", 7, 8, 1),
+        ]
+        .into_iter()
+        .map(|(name, compute_slices, memory_slices, max_instances)| MigProfile {
+            name: name.into(),
+            compute_slices,
+            memory_slices,
+            memory_bytes: u64::from(memory_slices) * (10 << 30),
+            max_instances,
+        })
+        .collect()
     }
 
     fn names(layout: &[&str]) -> Vec<String> {
@@ -165,8 +175,14 @@ mod tests {
         assert!(check_layout(&profiles, &names(&["1g.10gb"; 8])).unwrap_err().contains("at most 7 MIG instances"));
         let full = check_layout(&profiles, &names(&["7g.80gb", "1g.10gb"])).unwrap_err();
         assert!(full.contains("8 compute slices") && full.contains("has 7"), "{full}");
-        assert!(check_layout(&profiles, &names(&["3g.40gb"; 3])).unwrap_err().contains("at most 2 instances of 3g.40gb"));
-        assert!(check_layout(&profiles, &names(&["4g.40gb", "3g.40gb", "1g.10gb"])).unwrap_err().contains("9 memory slices"));
+        assert!(
+            check_layout(&profiles, &names(&["3g.40gb"; 3])).unwrap_err().contains("at most 2 instances of 3g.40gb")
+        );
+        assert!(
+            check_layout(&profiles, &names(&["4g.40gb", "3g.40gb", "1g.10gb"]))
+                .unwrap_err()
+                .contains("9 memory slices")
+        );
         assert!(check_layout(&profiles, &names(&["5g.50gb"])).unwrap_err().contains("its profiles: 1g.10gb"));
         assert!(check_layout(&[], &names(&["1g.10gb"])).is_err());
     }

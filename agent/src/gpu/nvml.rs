@@ -3,9 +3,9 @@
 //! XID errors are events, not readings: the first telemetry sample starts a thread that waits
 //! on an NVML event set and queues each XID for the next sample of its GPU.
 
+use super::nvml_mig;
 use super::{GpuHealth, GpuSource, SourceError};
 use crate::supervisor::GpuUse;
-use super::nvml_mig;
 use cardpool_protocol::{GpuInfo, GpuProcess, GpuSample, THROTTLE_REASONS};
 use nvml_wrapper::{
     Device, Nvml,

@@ -75,7 +75,9 @@ pub(super) fn apply(device: &Device<'_>, wanted: &[String]) -> Result<(), Source
     let mut chosen: Vec<&MigProfile> = mig::check_layout(&profiles, wanted).map_err(SourceError)?;
     chosen.sort_by_key(|p| std::cmp::Reverse((p.compute_slices, p.memory_slices)));
     let lib = device.nvml().lib();
-    let failed = |what: &str, status| SourceError(format!("{what}: {}", nvml_try(status).err().map(|e| e.to_string()).unwrap_or_default()));
+    let failed = |what: &str, status| {
+        SourceError(format!("{what}: {}", nvml_try(status).err().map(|e| e.to_string()).unwrap_or_default()))
+    };
     let symbol = |name: &str| SourceError(format!("this driver's NVML lacks {name}"));
 
     // Tear down: every compute instance, then every GPU instance.
@@ -105,8 +107,10 @@ pub(super) fn apply(device: &Device<'_>, wanted: &[String]) -> Result<(), Source
         .nvmlGpuInstanceGetComputeInstanceProfileInfo
         .as_ref()
         .map_err(|_| symbol("nvmlGpuInstanceGetComputeInstanceProfileInfo"))?;
-    let create_ci =
-        lib.nvmlGpuInstanceCreateComputeInstance.as_ref().map_err(|_| symbol("nvmlGpuInstanceCreateComputeInstance"))?;
+    let create_ci = lib
+        .nvmlGpuInstanceCreateComputeInstance
+        .as_ref()
+        .map_err(|_| symbol("nvmlGpuInstanceCreateComputeInstance"))?;
     for profile in chosen {
         let Some((info, _)) = known.iter().find(|(_, p)| p.name == profile.name) else { continue };
         let mut gi: nvmlGpuInstance_t = std::ptr::null_mut();
@@ -120,8 +124,7 @@ pub(super) fn apply(device: &Device<'_>, wanted: &[String]) -> Result<(), Source
             // SAFETY: all-zero is a valid value of this plain C struct of integers.
             let mut ci: nvmlComputeInstanceProfileInfo_t = unsafe { std::mem::zeroed() };
             // SAFETY: `gi` is the live instance made above; `ci` is a valid place to write.
-            let status =
-                unsafe { ci_info(gi, ci_profile, NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, &mut ci) };
+            let status = unsafe { ci_info(gi, ci_profile, NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, &mut ci) };
             if status == 0 && ci.sliceCount == info.sliceCount {
                 spanning = Some(ci.id);
                 break;
@@ -171,7 +174,9 @@ fn destroy_compute_instances(device: &Device<'_>, gi: nvmlGpuInstance_t) -> Resu
             let status = unsafe { destroy(ci) };
             if status != 0 {
                 let why = nvml_try(status).err().map(|e| e.to_string()).unwrap_or_default();
-                return Err(SourceError(format!("destroying a compute instance (is a process still using it?): {why}")));
+                return Err(SourceError(format!(
+                    "destroying a compute instance (is a process still using it?): {why}"
+                )));
             }
         }
     }

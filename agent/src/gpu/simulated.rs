@@ -7,8 +7,8 @@
 use super::{GpuHealth, GpuSource, SourceError, mig};
 use crate::supervisor::GpuUse;
 use cardpool_protocol::{GpuInfo, GpuProcess, GpuSample};
-use std::sync::Arc;
 use sha2::{Digest, Sha256};
+use std::sync::Arc;
 use std::sync::{
     Mutex,
     atomic::{AtomicBool, Ordering},
@@ -391,7 +391,9 @@ mod tests {
         }
         assert_ne!(gpus[0].mig_instances[0].uuid, gpus[1].mig_instances[0].uuid);
         assert_eq!((gpus[2].mig_enabled, gpus[2].mig_instances.len()), (Some(false), 0));
-        assert!(SimulatedSource::new("2xH100-80GB:mig=3g.40gb*3", "h", vec![]).unwrap_err().contains("at most 2 instances"));
+        assert!(
+            SimulatedSource::new("2xH100-80GB:mig=3g.40gb*3", "h", vec![]).unwrap_err().contains("at most 2 instances")
+        );
         assert!(SimulatedSource::new("2xL40S-48GB:mig=1g.10gb", "h", vec![]).unwrap_err().contains("has no MIG"));
         assert!(SimulatedSource::new("2xH100-80GB:fast", "h", vec![]).unwrap_err().contains("MIG layout"));
     }

@@ -9,8 +9,7 @@ use crate::{
     },
     server_fns::hosts::{
         CreateEnrollmentToken, RevokeHost, SetGpuSale, SetHostFabric, SetHostListed, SetMigLayout, UpdateHostPricing,
-        get_host,
-        list_hosts,
+        get_host, list_hosts,
     },
 };
 use cardpool_domain::{

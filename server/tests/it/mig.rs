@@ -2,7 +2,8 @@
 //! 3g.40gb + 2g.20gb + 1g.10gb ×2), on SQLite and PostgreSQL: the provider sells the GPU as
 //! slices and prices each profile, a renter finds a 1g.10gb slice, books it, it runs in the
 //! sandbox on GPU 0 seeing only its slice's `MIG-…` UUID, and is billed at the slice price to the
-//! second; the GPU cannot be sold whole meanwhile.
+//! second; the GPU cannot be sold whole meanwhile. The provider also re-carves the GPU through
+//! the agent: never under a rental, and the new slices go on sale once the agent reports them.
 
 use crate::common::{TestApp, agent_dir, eventually};
 use cardpool_service::{Settings, backend_tests, hosts, rentals, testing::Backend};
@@ -112,4 +113,93 @@ async fn a_renter_rents_a_1g_slice_over_the_api(backend: Backend) {
     agent.abort();
 }
 
-backend_tests!(a_renter_rents_a_1g_slice_over_the_api);
+async fn a_provider_recarves_a_gpu_through_its_agent_over_the_api(backend: Backend) {
+    use cardpool_agent::{connection, gpu::simulated::SimulatedSource, runtime::WorkloadMode};
+    let app = TestApp::spawn_with(backend, Settings::default()).await;
+    let provider = app.provider("provider@example.com").await;
+    let token = app.enrollment_token(&provider, "Lab").await;
+    let state = cardpool_agent::enrollment::enroll(&app.base, &token, "recut").await.unwrap();
+    let host_id = state.host_id;
+    let dir = agent_dir("mig-recut");
+    let agent = tokio::spawn(async move {
+        let source = SimulatedSource::new(LAYOUT, "recut", vec![]).unwrap();
+        connection::run(&state, &source, None, dir, WorkloadMode::Run, Duration::from_secs(1)).await
+    });
+    let host_path = format!("/api/v1/hosts/{host_id}");
+    let profiles_of = |detail: &Value| -> Vec<String> {
+        let mut names: Vec<String> = detail["gpus"][0]["mig_instances"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|m| m["profile"].as_str().map(str::to_owned)).collect())
+            .unwrap_or_default();
+        names.sort();
+        names
+    };
+    let detail = eventually(Duration::from_secs(10), "the agent's MIG profiles", async || {
+        let detail = app.get_json(&provider, &host_path).await;
+        (detail["gpus"][0]["mig_profiles"].as_array().is_some_and(|p| p.len() == 6)).then_some(detail)
+    })
+    .await;
+    assert_eq!(profiles_of(&detail), ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"]);
+
+    // A layout that does not fit, or names no profile of the GPU, is a 422 that changes nothing.
+    let carve = |profiles: Value| {
+        provider
+            .put(app.url(&format!("{host_path}/mig-layout")))
+            .json(&json!({"gpu_index": 0, "profiles": profiles}))
+            .send()
+    };
+    let too_big = carve(json!(["7g.80gb", "1g.10gb"])).await.unwrap();
+    assert_eq!(too_big.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(too_big.text().await.unwrap().contains("8 compute slices"));
+    assert_eq!(carve(json!(["9g.90gb"])).await.unwrap().status(), StatusCode::UNPROCESSABLE_ENTITY);
+
+    // Seven 1g.10gb slices: the agent carves them and they are sold once priced.
+    assert_eq!(carve(json!(vec!["1g.10gb"; 7])).await.unwrap().status(), StatusCode::NO_CONTENT);
+    let detail = eventually(Duration::from_secs(10), "the agent carving seven slices", async || {
+        let detail = app.get_json(&provider, &host_path).await;
+        (detail["gpus"][0]["mig_layout_pending"].is_null() && profiles_of(&detail).len() == 7).then_some(detail)
+    })
+    .await;
+    assert_eq!(detail["gpus"][0]["state"], "available");
+    assert!(detail["gpus"][0]["mig_layout_error"].is_null());
+    let sale = provider.put(app.url(&format!("{host_path}/gpu-sale"))).json(&json!({"gpu_index": 0, "sold_as": "mig"}));
+    assert_eq!(sale.send().await.unwrap().status(), StatusCode::NO_CONTENT);
+    let price = json!({"gpu_model": SLICE, "on_demand_micros": 390_000, "reserved_micros": 390_000, "spot_min_bid_micros": 100_000});
+    let res = provider.put(app.url(&format!("{host_path}/pricing"))).json(&price).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let listed = provider.put(app.url(&format!("{host_path}/listing"))).json(&json!({"listed": true}));
+    assert_eq!(listed.send().await.unwrap().status(), StatusCode::NO_CONTENT);
+    let renter = app.funded_renter("renter@example.com", 10).await;
+    let found = app.get_json(&renter, "/api/v1/offers?unit=slice&mig_profile=1g.10gb").await;
+    assert_eq!(found["offers"][0]["gpus_free"], 7, "{found}");
+
+    // Rented: the GPU is not re-cut under its renter.
+    let res = renter
+        .post(app.url("/api/v1/rentals"))
+        .json(
+            &json!({"host_id": host_id, "gpu_model": SLICE, "gpu_count": 1, "workload": {"command": "exec sleep 600"}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::CREATED);
+    let id = res.json::<Value>().await.unwrap()["id"].as_i64().unwrap();
+    app.wait_for_rental_state(&renter, id, "running", Duration::from_secs(10)).await;
+    assert_eq!(carve(json!(["3g.40gb", "3g.40gb"])).await.unwrap().status(), StatusCode::CONFLICT);
+    let res = renter.post(app.url(&format!("/api/v1/rentals/{id}/stop"))).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    app.wait_for_rental_state(&renter, id, "ended", Duration::from_secs(15)).await;
+
+    // Ended: two 3g.40gb slices replace the seven, and no 1g.10gb slice is left on offer.
+    assert_eq!(carve(json!(["3g.40gb", "3g.40gb"])).await.unwrap().status(), StatusCode::NO_CONTENT);
+    eventually(Duration::from_secs(10), "the agent carving two slices", async || {
+        let detail = app.get_json(&provider, &host_path).await;
+        (detail["gpus"][0]["mig_layout_pending"].is_null() && profiles_of(&detail) == ["3g.40gb", "3g.40gb"])
+            .then_some(())
+    })
+    .await;
+    assert_eq!(app.get_json(&renter, "/api/v1/offers?unit=slice&mig_profile=1g.10gb").await["total"], 0);
+    agent.abort();
+}
+
+backend_tests!(a_renter_rents_a_1g_slice_over_the_api, a_provider_recarves_a_gpu_through_its_agent_over_the_api);

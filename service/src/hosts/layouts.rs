@@ -38,7 +38,10 @@ pub async fn set_mig_layout(
 ) -> AppResult<()> {
     let host = super::owned_host(services, principal, host_id).await?;
     if profiles.iter().any(|p| p.chars().count() > MAX_MIG_PROFILE_LEN) {
-        return Err(AppError::invalid_field("profiles", format!("a MIG profile is at most {MAX_MIG_PROFILE_LEN} characters")));
+        return Err(AppError::invalid_field(
+            "profiles",
+            format!("a MIG profile is at most {MAX_MIG_PROFILE_LEN} characters"),
+        ));
     }
     let txn = services.begin_write().await.context("starting layout change")?;
     let mut rows = gpus::Entity::find()
@@ -90,7 +93,13 @@ pub async fn set_mig_layout(
     txn.commit().await.context("committing layout")?;
     stock_change.published(services);
     services.wake_host(host.id);
-    tracing::info!(host.id = host.id, gpu.index = gpu_index, layout = names.join("+"), pending = !has_it, "MIG layout asked");
+    tracing::info!(
+        host.id = host.id,
+        gpu.index = gpu_index,
+        layout = names.join("+"),
+        pending = !has_it,
+        "MIG layout asked"
+    );
     Ok(())
 }
 

@@ -23,16 +23,23 @@ const MODEL: &str = testing::TEST_GPU_MODEL;
 
 /// What an H100's agent with root and NVML reports it can make.
 fn h100_profiles() -> Vec<MigProfile> {
-    [("1g.10gb", 1, 1, 7), ("1g.20gb", 1, 2, 4), ("2g.20gb", 2, 2, 3), ("3g.40gb", 3, 4, 2), ("4g.40gb", 4, 4, 1), ("7g.80gb", 7, 8, 1)]
-        .into_iter()
-        .map(|(name, compute_slices, memory_slices, max_instances)| MigProfile {
-            name: name.into(),
-            compute_slices,
-            memory_slices,
-            memory_bytes: u64::from(memory_slices) * (10 << 30),
-            max_instances,
-        })
-        .collect()
+    [
+        ("1g.10gb", 1, 1, 7),
+        ("1g.20gb", 1, 2, 4),
+        ("2g.20gb", 2, 2, 3),
+        ("3g.40gb", 3, 4, 2),
+        ("4g.40gb", 4, 4, 1),
+        ("7g.80gb", 7, 8, 1),
+    ]
+    .into_iter()
+    .map(|(name, compute_slices, memory_slices, max_instances)| MigProfile {
+        name: name.into(),
+        compute_slices,
+        memory_slices,
+        memory_bytes: u64::from(memory_slices) * (10 << 30),
+        max_instances,
+    })
+    .collect()
 }
 
 /// The host "cut": GPU 0 carved as `layout` by an agent that can carve it, GPU 1 with MIG on but
@@ -84,8 +91,7 @@ fn price(profile: &str) -> GpuModelPrice {
 }
 
 async fn free_slices(services: &cardpool_service::Services, profile: &str) -> u32 {
-    let query =
-        OfferQuery { unit: Some(OfferUnit::Slice), mig_profile: Some(profile.into()), ..OfferQuery::default() };
+    let query = OfferQuery { unit: Some(OfferUnit::Slice), mig_profile: Some(profile.into()), ..OfferQuery::default() };
     offers::list_offers(services, &query).await.unwrap().offers.first().map_or(0, |o| o.gpus_free)
 }
 
@@ -144,7 +150,10 @@ async fn a_provider_carves_a_gpu_through_its_agent(backend: Backend) {
     // Asked: pending, off the market, and the agent is told until its inventory shows it.
     hosts::set_mig_layout(&services, &provider, host_id, 0, seven.clone()).await.unwrap();
     let detail = hosts::get_host(&services, &provider, host_id).await.unwrap();
-    assert_eq!((detail.gpus[0].state.as_str(), detail.gpus[0].mig_layout_pending.as_ref()), ("reconfiguring", Some(&seven)));
+    assert_eq!(
+        (detail.gpus[0].state.as_str(), detail.gpus[0].mig_layout_pending.as_ref()),
+        ("reconfiguring", Some(&seven))
+    );
     assert_eq!(free_slices(&services, "3g.40gb").await, 0);
     assert!(rentals::book_offer(&services, &renter, &slice).await.is_err(), "a slice about to go is not booked");
     assert_eq!(carve_commands(&services, host_id).await, [(0, seven.clone())]);
