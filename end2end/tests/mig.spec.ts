@@ -8,8 +8,9 @@ import { endRentalsAfterFailure, failOnCspViolations, hydrated, signIn, signUp, 
 // MIG slices as units of sale, in the browser: a provider's agent reports an H100 cut into
 // 3g.40gb + 2g.20gb + 1g.10gb ×2; the provider sells it as slices and prices each profile per
 // slice-hour; a renter finds a 1g.10gb slice among the offers, rents it, sees it run and stops
-// it; the host's fabric, declared by its provider, shows on the offer. The host is taken off the
-// market at the end (its agent stops), so the market is as it was.
+// it; the host's fabric, declared by its provider, shows on the offer. Then the provider re-carves
+// the GPU from the host page (refused while rented; the agent carves it once the rental ended).
+// The host is taken off the market at the end (its agent stops), so the market is as it was.
 const agentBin = process.env.CARDPOOL_AGENT_BIN ?? "../target/debug/cardpool-agent";
 const LAYOUT = "1xH100-80GB:mig=3g.40gb+2g.20gb+1g.10gb*2";
 const SLICE = "NVIDIA H100 80GB HBM3 MIG 1g.10gb";
@@ -113,10 +114,29 @@ test("a provider sells a GPU as MIG slices and a renter rents a 1g.10gb slice", 
     await tile.getByRole("button", { name: "Sell whole" }).click();
     await expect(host.getByRole("alert").filter({ hasText: "is rented or reserved" })).toBeVisible();
 
+    // Nor re-carved: its agent can carve it (MIG on; root or the simulator), but not under a rental.
+    const layout = tile.getByLabel("MIG layout");
+    await expect(tile.getByTestId("mig-profiles")).toContainText("7g.80gb");
+    await layout.fill("1g.10gb*7");
+    await tile.getByRole("button", { name: "Apply layout" }).click();
+    await expect(tile.getByRole("alert").filter({ hasText: "change its MIG layout once its rentals have ended" })).toBeVisible();
+
     await page.goto(rental);
     await hydrated(page);
     await page.getByRole("button", { name: "Stop rental" }).click();
     await expect(page.getByTestId("rental-state")).toHaveText("Ended", { timeout: 30_000 });
+
+    // Ended: a layout that does not fit is refused with the reason; seven 1g.10gb slices are
+    // carved by the agent and replace the four.
+    await layout.fill("7g.80gb+1g.10gb");
+    await tile.getByRole("button", { name: "Apply layout" }).click();
+    await expect(tile.getByRole("alert").filter({ hasText: "8 compute slices" })).toBeVisible();
+    await layout.fill("1g.10gb*7");
+    await tile.getByRole("button", { name: "Apply layout" }).click();
+    await expect(tile.getByTestId("mig-instances").locator("li")).toHaveCount(7, { timeout: 30_000 });
+    await expect(tile.getByTestId("mig-layout-pending")).toHaveCount(0);
+    await expect(tile.getByTestId("gpu-sold-as")).toHaveText("Sold as MIG slices");
+    await snap(host, "host-mig-layout");
   } finally {
     agent?.kill("SIGKILL");
     rmSync(stateDir, { recursive: true, force: true });
