@@ -319,8 +319,12 @@ async fn place(
         // What the member's booking may preempt counts as free (it preempts as a single
         // booking would), but a host where nothing must yield comes first.
         let preempts = units.free_unless(&HashSet::new()).len() < wanted;
-        let yielding = preemptible(txn, &units, template.bid_micros).await?.into_iter().map(|r| r.id).collect();
-        if units.free_unless(&yielding).len() >= wanted {
+        // Only a host short of free GPUs asks which spot rentals would yield.
+        let fits = !preempts || {
+            let yielding = preemptible(txn, &units, template.bid_micros).await?.into_iter().map(|r| r.id).collect();
+            units.free_unless(&yielding).len() >= wanted
+        };
+        if fits {
             fabrics.entry(host.fabric_id.clone().unwrap_or_default()).or_default().push(((preempts, per_gpu), host));
         }
     }
