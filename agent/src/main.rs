@@ -166,6 +166,10 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
                     for m in &g.mig_instances {
                         println!("      MIG {} {} GiB  {}", m.profile, m.memory_bytes >> 30, m.uuid);
                     }
+                    if !g.mig_profiles.is_empty() {
+                        let names: Vec<&str> = g.mig_profiles.iter().map(|p| p.name.as_str()).collect();
+                        println!("      can carve: {}", names.join(", "));
+                    }
                 }
             }
             Ok(ExitCode::SUCCESS)

@@ -62,7 +62,8 @@ pub fn check_layout<'a>(profiles: &'a [MigProfile], wanted: &[String]) -> Result
     let memory: u32 = chosen.iter().map(|p| p.memory_slices).sum();
     if compute > COMPUTE_SLICES || memory > MEMORY_SLICES {
         return Err(format!(
-            "this layout needs {compute} compute slices and {memory} memory slices; a GPU has {COMPUTE_SLICES} and {MEMORY_SLICES}"
+            "this layout needs {compute} compute slices and {memory} memory slices; \
+             a GPU has {COMPUTE_SLICES} and {MEMORY_SLICES}"
         ));
     }
     Ok(chosen)

@@ -216,14 +216,16 @@ pub fn in_browser<T: Clone + 'static>(resource: LocalResource<T>) -> Option<T> {
 }
 
 /// Counts `tick` up every `every` in the browser while `wanted()` (say, while what the page
-/// shows can still change), so resources keyed on `tick` reload; nothing on the server. The
-/// timer ends with the component.
+/// shows can still change), so resources keyed on `tick` reload; nothing on the server. A
+/// reload rebuilds what the resource shows, forms included, so it waits while the person is in
+/// a field (typing a price, a layout) and comes on the first tick after. The timer ends with
+/// the component.
 pub fn poll(tick: RwSignal<u32>, every: std::time::Duration, wanted: impl Fn() -> bool + 'static) {
     #[cfg(feature = "hydrate")]
     {
         let handle = set_interval_with_handle(
             move || {
-                if wanted() {
+                if wanted() && !editing() {
                     tick.update(|t| *t += 1);
                 }
             },
@@ -235,6 +237,15 @@ pub fn poll(tick: RwSignal<u32>, every: std::time::Duration, wanted: impl Fn() -
     }
     #[cfg(not(feature = "hydrate"))]
     let _ = (tick, every, wanted);
+}
+
+/// Whether the page's focus is in a field someone may be typing in.
+#[cfg(feature = "hydrate")]
+fn editing() -> bool {
+    web_sys::window()
+        .and_then(|w| w.document())
+        .and_then(|d| d.active_element())
+        .is_some_and(|e| matches!(e.tag_name().as_str(), "INPUT" | "SELECT" | "TEXTAREA"))
 }
 
 /// One step on a [`Timeline`].

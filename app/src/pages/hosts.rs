@@ -22,14 +22,12 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
 
 /// How often host pages re-read status while open.
-#[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
-const REFRESH_MS: u64 = 3000;
+const REFRESH: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// A signal that ticks every few seconds in the browser, for pages that show live state.
-fn refresh_ticker() -> RwSignal<u64> {
-    let tick = RwSignal::new(0u64);
-    #[cfg(feature = "hydrate")]
-    set_interval(move || tick.update(|t| *t += 1), std::time::Duration::from_millis(REFRESH_MS));
+fn refresh_ticker() -> RwSignal<u32> {
+    let tick = RwSignal::new(0u32);
+    crate::components::kit::poll(tick, REFRESH, || true);
     tick
 }
 

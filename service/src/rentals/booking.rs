@@ -11,7 +11,7 @@
 use super::{
     allocation::{FreeGpu, blockers, choose_gpus, physical_gpu},
     pricing::cost,
-    spot::{check_bid, give_preemption_notice, reprice_spot},
+    spot::{DEMAND, check_bid, give_preemption_notice, reprice_spot},
     state::{STARTED_OR_WAITING, names, open_end, record},
     views::dto,
 };
@@ -97,7 +97,7 @@ pub(super) async fn book_in(
     let notice = Duration::seconds(i64::from(services.settings.rentals.preemption_notice_secs));
     // Preempted spot rentals end at `cut`; this booking's holds start there.
     let cut = if choice.preempted.is_empty() { start } else { start.max(now + notice) };
-    preempt(txn, &choice.preempted, cut, now, notice).await?;
+    preempt(txn, &choice.preempted, cut, now, notice, DEMAND).await?;
     let held = Window { start: cut, end: window.end };
     let chosen: Vec<&gpus::Model> =
         choice.gpus.iter().filter_map(|id| candidates.gpus.iter().find(|g| g.id == *id)).collect();
@@ -394,14 +394,16 @@ pub(super) fn taken() -> AppError {
     AppError::conflict("those GPUs were just taken; please try again")
 }
 
-/// Shortens the preempted spot rentals' holds to `cut`, and gives them their notice when the
-/// cut is within the notice period (a later cut, by a reservation, is noticed by the schedule).
+/// Shortens the preempted spot rentals' holds to `cut`, and gives them their notice (saying
+/// `why`) when the cut is within the notice period (a later cut, by a reservation, is noticed
+/// by the schedule).
 pub(super) async fn preempt(
     txn: &DatabaseTransaction,
     preempted: &[rentals::Model],
     cut: DateTime<Utc>,
     now: DateTime<Utc>,
     notice: Duration,
+    why: &str,
 ) -> AppResult<()> {
     for victim in preempted {
         rental_gpus::Entity::update_many()
@@ -412,7 +414,7 @@ pub(super) async fn preempt(
             .await
             .context("shortening spot holds")?;
         if cut <= now + notice {
-            give_preemption_notice(txn, victim.clone(), cut, now).await?;
+            give_preemption_notice(txn, victim.clone(), cut, now, why).await?;
         }
     }
     Ok(())

@@ -76,7 +76,7 @@ pub async fn run_schedules(services: &Services) -> AppResult<()> {
         let host_id = rental.host_id;
         let rental = load_for_update(&txn, rental.id).await?;
         if live.contains(&rental.state.as_str()) {
-            give_preemption_notice(&txn, rental, stop_at.max(now), now).await?;
+            give_preemption_notice(&txn, rental, stop_at.max(now), now, super::spot::DEMAND).await?;
         }
         txn.commit().await.context("committing notice")?;
         services.wake_host(host_id);

@@ -27,14 +27,19 @@ use sea_orm::{
     IntoActiveModel, QueryFilter, QueryOrder, QuerySelect,
 };
 
+/// Why a spot rental is preempted, unless said otherwise (a gang's member for its gang).
+pub(super) const DEMAND: &str = "preempted by higher-priority demand";
+
+/// Gives the spot rental its notice: it stops at `stop_at`, for the reason `why`.
 pub(super) async fn give_preemption_notice(
     txn: &DatabaseTransaction,
     victim: rentals::Model,
     stop_at: DateTime<Utc>,
     now: DateTime<Utc>,
+    why: &str,
 ) -> AppResult<rentals::Model> {
     let secs = (stop_at - now).num_seconds().max(0);
-    let reason = format!("preempted by higher-priority demand; the workload has {secs} s before it is stopped");
+    let reason = format!("{why}; the workload has {secs} s before it is stopped");
     let mut victim = apply(txn, victim, RentalState::Preempting, &reason, now).await?.into_active_model();
     victim.notice = Set(Some(format!(
         "Preempted: this spot rental stops at {} UTC (SIGTERM and $CARDPOOL_PREEMPT_NOTICE_FILE were sent).",

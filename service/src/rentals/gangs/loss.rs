@@ -4,7 +4,7 @@
 use super::super::{
     booking::preempt,
     lifecycle::stop_for,
-    state::{STARTED_OR_WAITING, load_for_update, names, record},
+    state::{STARTED_OR_WAITING, load_for_update, names},
 };
 use super::{
     LOST,
@@ -114,8 +114,7 @@ async fn preempt_whole(services: &Services, gang_id: i64, members: &[rentals::Mo
         if !names(&STARTED_OR_WAITING).contains(&current.state.as_str()) {
             continue;
         }
-        preempt(&txn, std::slice::from_ref(&current), cut, now, notice).await?;
-        record(&txn, current.id, RentalState::Preempting, &reason, now).await?;
+        preempt(&txn, std::slice::from_ref(&current), cut, now, notice, &reason).await?;
         let stock_change = stock::refresh_stock(&txn, current.host_id).await?;
         txn.commit().await.context("committing gang preemption")?;
         stock_change.published(services);

@@ -91,7 +91,8 @@ pub async fn book_gang(services: &Services, principal: &Principal, request: &Boo
     for host in &placement.hosts {
         services.wake_host(host.id);
     }
-    tracing::info!(gang.id = gang.id, fabric = %placement.fabric_id, hosts = ?placement.hosts.iter().map(|h| h.id).collect::<Vec<_>>(), "gang booked");
+    let host_ids: Vec<i64> = placement.hosts.iter().map(|h| h.id).collect();
+    tracing::info!(gang.id = gang.id, fabric = %placement.fabric_id, hosts = ?host_ids, "gang booked");
     view(&services.db, gang).await
 }
 
@@ -267,8 +268,9 @@ struct Placement {
 /// the renter's own, online unless reserved, priced for the model, within a spot bid's range)
 /// with enough GPUs free for the whole window, or free once the spot rentals this booking
 /// outbids yield them; the fabric whose best `nodes` such hosts preempt least and then cost
-/// least wins, and its hosts take ranks in that order (hosts that preempt nobody first). Every candidate's GPUs are locked (in host order, so two
-/// gang bookings never wait on each other crosswise) and stay locked until the commit.
+/// least wins, and its hosts take ranks in that order (hosts that preempt nobody first). Every
+/// candidate's GPUs are locked (in host order, so two gang bookings never wait on each other
+/// crosswise) and stay locked until the commit.
 async fn place(
     txn: &DatabaseTransaction,
     principal: &Principal,
