@@ -1,5 +1,5 @@
-//! MIG layouts: the profiles a GPU can be carved into and the rule a layout must keep to fit
-//! one GPU. The server checks a provider's layout with it before sending
+//! MIG layouts: the profiles a GPU can be carved into (with NVIDIA's tables of the models the
+//! simulator plays) and the rule a layout must keep to fit one GPU. The server checks a provider's layout with it before sending
 //! [`crate::ServerMessage::ApplyMigLayout`]; the simulated GPU source applies the same rule, so
 //! what one side accepts the other does.
 //!
@@ -28,6 +28,59 @@ pub struct MigProfile {
     pub memory_bytes: u64,
     /// The most instances of this profile one GPU holds.
     pub max_instances: u32,
+}
+
+/// A model's profiles: (name, compute slices, memory slices, most instances). From NVIDIA's MIG
+/// user guide.
+type Profiles = &'static [(&'static str, u32, u32, u32)];
+
+const A100_40GB: Profiles = &[
+    ("1g.5gb", 1, 1, 7),
+    ("1g.10gb", 1, 2, 4),
+    ("2g.10gb", 2, 2, 3),
+    ("3g.20gb", 3, 4, 2),
+    ("4g.20gb", 4, 4, 1),
+    ("7g.40gb", 7, 8, 1),
+];
+const GPU_80GB: Profiles = &[
+    ("1g.10gb", 1, 1, 7),
+    ("1g.20gb", 1, 2, 4),
+    ("2g.20gb", 2, 2, 3),
+    ("3g.40gb", 3, 4, 2),
+    ("4g.40gb", 4, 4, 1),
+    ("7g.80gb", 7, 8, 1),
+];
+const H200_141GB: Profiles = &[
+    ("1g.18gb", 1, 1, 7),
+    ("1g.35gb", 1, 2, 4),
+    ("2g.35gb", 2, 2, 3),
+    ("3g.71gb", 3, 4, 2),
+    ("4g.71gb", 4, 4, 1),
+    ("7g.141gb", 7, 8, 1),
+];
+
+/// NVIDIA's MIG profiles of a model named as the simulator names it (`H100-80GB`,
+/// `A100-40GB`, `H200-141GB`) with `memory_total_bytes`, or `None` for a model without MIG: what
+/// the simulator plays and tests use. Real agents read their GPU's profiles from NVML.
+pub fn nvidia_profiles(model: &str, memory_total_bytes: u64) -> Option<Vec<MigProfile>> {
+    let table = match model.to_ascii_uppercase().as_str() {
+        "H200-141GB" => H200_141GB,
+        "H100-80GB" | "A100-80GB" => GPU_80GB,
+        "A100-40GB" => A100_40GB,
+        _ => return None,
+    };
+    Some(
+        table
+            .iter()
+            .map(|&(name, compute_slices, memory_slices, max_instances)| MigProfile {
+                name: name.to_owned(),
+                compute_slices,
+                memory_slices,
+                memory_bytes: memory_total_bytes / u64::from(MEMORY_SLICES) * u64::from(memory_slices),
+                max_instances,
+            })
+            .collect(),
+    )
 }
 
 /// The profiles of `wanted`, in its order, when they are all among `profiles` and fit one GPU
@@ -143,23 +196,7 @@ mod tests {
     use super::*;
 
     fn h100() -> Vec<MigProfile> {
-        [
-            ("1g.10gb", 1, 1, 7),
-            ("1g.20gb", 1, 2, 4),
-            ("2g.20gb", 2, 2, 3),
-            ("3g.40gb", 3, 4, 2),
-            ("4g.40gb", 4, 4, 1),
-            ("7g.80gb", 7, 8, 1),
-        ]
-        .into_iter()
-        .map(|(name, compute_slices, memory_slices, max_instances)| MigProfile {
-            name: name.into(),
-            compute_slices,
-            memory_slices,
-            memory_bytes: u64::from(memory_slices) * (10 << 30),
-            max_instances,
-        })
-        .collect()
+        nvidia_profiles("H100-80GB", 80 << 30).unwrap()
     }
 
     fn names(layout: &[&str]) -> Vec<String> {
@@ -201,6 +238,15 @@ mod tests {
         assert_eq!(write_layout(&["3g.40gb", "1g.10gb", "3g.40gb"]), "3g.40gb*2+1g.10gb");
         let names = parse_layout("3g.40gb*2+1g.10gb").unwrap();
         assert_eq!(parse_layout(&write_layout(&names)).unwrap(), names);
+    }
+
+    #[test]
+    fn models_with_mig_have_their_profiles() {
+        let a100 = nvidia_profiles("a100-40gb", 40 << 30).unwrap();
+        assert_eq!(a100[0].name, "1g.5gb");
+        assert_eq!(a100[0].memory_bytes, 5 << 30);
+        assert_eq!(nvidia_profiles("H200-141GB", 141 << 30).unwrap().last().unwrap().name, "7g.141gb");
+        assert!(nvidia_profiles("L40S-48GB", 48 << 30).is_none());
     }
 
     #[test]

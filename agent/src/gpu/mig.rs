@@ -1,5 +1,5 @@
-//! MIG layouts for the simulated source: which profiles each model offers and the instances a
-//! layout makes. A layout on the command line is written as everywhere
+//! MIG layouts for the simulated source: which profiles each model offers (NVIDIA's, from
+//! [`cardpool_protocol::mig::nvidia_profiles`]) and the instances a layout makes. A layout on the command line is written as everywhere
 //! ([`cardpool_protocol::mig::parse_layout`]: `3g.40gb*2`, `4g.40gb+3g.40gb`, `1g.10gb*7`) and
 //! must fit one GPU by the rule both agent and server keep
 //! ([`cardpool_protocol::mig::check_layout`]). Real GPUs report their profiles and instances
@@ -8,56 +8,10 @@
 use cardpool_protocol::{MigInstance, MigProfile, mig};
 use sha2::{Digest, Sha256};
 
-/// A model's profiles: (name, compute slices, memory slices, most instances). From NVIDIA's MIG
-/// user guide.
-type Profiles = &'static [(&'static str, u32, u32, u32)];
-
-const A100_40GB: Profiles = &[
-    ("1g.5gb", 1, 1, 7),
-    ("1g.10gb", 1, 2, 4),
-    ("2g.10gb", 2, 2, 3),
-    ("3g.20gb", 3, 4, 2),
-    ("4g.20gb", 4, 4, 1),
-    ("7g.40gb", 7, 8, 1),
-];
-const GPU_80GB: Profiles = &[
-    ("1g.10gb", 1, 1, 7),
-    ("1g.20gb", 1, 2, 4),
-    ("2g.20gb", 2, 2, 3),
-    ("3g.40gb", 3, 4, 2),
-    ("4g.40gb", 4, 4, 1),
-    ("7g.80gb", 7, 8, 1),
-];
-const H200_141GB: Profiles = &[
-    ("1g.18gb", 1, 1, 7),
-    ("1g.35gb", 1, 2, 4),
-    ("2g.35gb", 2, 2, 3),
-    ("3g.71gb", 3, 4, 2),
-    ("4g.71gb", 4, 4, 1),
-    ("7g.141gb", 7, 8, 1),
-];
-
-/// The profiles of a simulated model (its spec name) with `memory_total_bytes`, or `None` when
-/// it has no MIG.
+/// The profiles of a simulated model (its spec name, e.g. `H100-80GB`), or `None` when it has
+/// no MIG: NVIDIA's, as a real GPU of that model reports them.
 pub fn profiles(model: &str, memory_total_bytes: u64) -> Option<Vec<MigProfile>> {
-    let table = match model.to_ascii_uppercase().as_str() {
-        "H200-141GB" => H200_141GB,
-        "H100-80GB" | "A100-80GB" => GPU_80GB,
-        "A100-40GB" => A100_40GB,
-        _ => return None,
-    };
-    Some(
-        table
-            .iter()
-            .map(|&(name, compute_slices, memory_slices, max_instances)| MigProfile {
-                name: name.to_owned(),
-                compute_slices,
-                memory_slices,
-                memory_bytes: memory_total_bytes / u64::from(mig::MEMORY_SLICES) * u64::from(memory_slices),
-                max_instances,
-            })
-            .collect(),
-    )
+    mig::nvidia_profiles(model, memory_total_bytes)
 }
 
 /// The instances the profiles `layout` make on the GPU `gpu_uuid`, with UUIDs stable per GPU,

@@ -23,23 +23,7 @@ const MODEL: &str = testing::TEST_GPU_MODEL;
 
 /// What an H100's agent with root and NVML reports it can make.
 fn h100_profiles() -> Vec<MigProfile> {
-    [
-        ("1g.10gb", 1, 1, 7),
-        ("1g.20gb", 1, 2, 4),
-        ("2g.20gb", 2, 2, 3),
-        ("3g.40gb", 3, 4, 2),
-        ("4g.40gb", 4, 4, 1),
-        ("7g.80gb", 7, 8, 1),
-    ]
-    .into_iter()
-    .map(|(name, compute_slices, memory_slices, max_instances)| MigProfile {
-        name: name.into(),
-        compute_slices,
-        memory_slices,
-        memory_bytes: u64::from(memory_slices) * (10 << 30),
-        max_instances,
-    })
-    .collect()
+    cardpool_protocol::mig::nvidia_profiles("H100-80GB", 80 << 30).unwrap()
 }
 
 /// The host "cut": GPU 0 carved as `layout` by an agent that can carve it, GPU 1 with MIG on but
