@@ -66,8 +66,8 @@ pub struct BundleNames {
     pub css: String,
 }
 
-/// The bundle's file names: content-hashed, from the `hash.txt` cargo-leptos writes beside the
-/// server binary, when `hash_files` is on; else cargo-leptos' plain names. Read once per
+/// The bundle's file names: content-hashed, from the `hash.txt` the options name (beside the
+/// server binary, or an absolute path into the site root), when `hash_files` is on; else cargo-leptos' plain names. Read once per
 /// process (the binary and its bundle do not change under it).
 pub fn bundle_names(options: &LeptosOptions) -> &'static BundleNames {
     static NAMES: std::sync::OnceLock<BundleNames> = std::sync::OnceLock::new();

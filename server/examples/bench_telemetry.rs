@@ -17,9 +17,15 @@
 //!    server's side is counted), divided by their number.
 //! 4. The real `cardpool-agent` binary (target/release) at 1 Hz with 8 simulated GPUs for
 //!    `BENCH_AGENT_SECONDS` (30): its CPU time and resident memory from /proc.
+//!
+//! The agents (the agent crate's own connection loop, one per host) run in a second process,
+//! this benchmark started again with `--run-agents`, so the server's CPU time and the load
+//! generator's are told apart (both are printed per measurement); they still share the machine.
 #![allow(clippy::print_stdout)] // printing the figures is the point
 
-use cardpool_agent::{connection, enrollment, gpu::simulated::SimulatedSource, runtime::WorkloadMode};
+use cardpool_agent::{
+    connection, enrollment, gpu::simulated::SimulatedSource, runtime::WorkloadMode, state::AgentState,
+};
 use cardpool_domain::account::CreateApiTokenRequest;
 use cardpool_server::{Config, http};
 use cardpool_service::{
@@ -97,10 +103,68 @@ async fn watch(mut response: reqwest::Response, latencies: Arc<Mutex<Vec<i64>>>,
     }
 }
 
+/// The agent process of measurements 1 and 2: runs one agent per host in `states_file` (JSON),
+/// sampling every `sample_ms`, until killed.
+async fn run_agents(states_file: &str, sample_ms: u64) {
+    let states: Vec<AgentState> =
+        serde_json::from_str(&std::fs::read_to_string(states_file).expect("agent states")).expect("agent states");
+    let agents = start_agents(&states, sample_ms);
+    for agent in agents {
+        let _ = agent.await;
+    }
+}
+
+/// The agents in a process of their own (this benchmark again, with `--run-agents`).
+struct AgentProcess(std::process::Child);
+
+impl AgentProcess {
+    fn start(states_file: &std::path::Path, sample_ms: u64) -> AgentProcess {
+        let child = std::process::Command::new(std::env::current_exe().expect("this benchmark"))
+            .arg("--run-agents")
+            .arg(states_file)
+            .arg(sample_ms.to_string())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("agent process");
+        AgentProcess(child)
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// CPU time the server (this process) and the agents' process used while `measure` ran.
+struct CpuShare {
+    server: f64,
+    agents: f64,
+    started: Instant,
+    agents_pid: u32,
+}
+
+impl CpuShare {
+    fn start(agents: &AgentProcess) -> CpuShare {
+        let agents_pid = agents.0.id();
+        CpuShare { server: cpu_secs(std::process::id()), agents: cpu_secs(agents_pid), started: Instant::now(), agents_pid }
+    }
+    /// Each process's share of one core since `start`.
+    fn report(&self) -> String {
+        let wall = self.started.elapsed().as_secs_f64();
+        format!(
+            "CPU: server {:.0} % of one core, agents' process {:.0} % (2 cores in all)",
+            (cpu_secs(std::process::id()) - self.server) / wall * 100.0,
+            (cpu_secs(self.agents_pid) - self.agents) / wall * 100.0
+        )
+    }
+}
+
 /// Runs one agent per enrolled host, sampling every `sample_ms`. Their starts are spread over
 /// one interval, as a real fleet's are: agents started in the same millisecond would sample in
 /// lockstep and arrive as one burst every interval, which measures the burst, not the feed.
-fn start_agents(states: &[cardpool_agent::state::AgentState], sample_ms: u64) -> Vec<tokio::task::JoinHandle<()>> {
+fn start_agents(states: &[AgentState], sample_ms: u64) -> Vec<tokio::task::JoinHandle<()>> {
     let count = states.len().max(1) as u64;
     states
         .iter()
@@ -163,6 +227,11 @@ async fn main() {
     {
         return read_feeds(count.parse().expect("a count"), url, token).await;
     }
+    if let [_, flag, states_file, sample_ms] = args.as_slice()
+        && flag == "--run-agents"
+    {
+        return run_agents(states_file, sample_ms.parse().expect("a sample interval")).await;
+    }
     let agents = env("BENCH_AGENTS", 100) as usize;
     let sample_ms = env("BENCH_SAMPLE_MS", 100);
     let dashboards = env("BENCH_DASHBOARDS", 20) as usize;
@@ -208,6 +277,8 @@ async fn main() {
             states.push(enrollment::enroll(&base, &created.token, &format!("bench-{i:03}")).await.expect("enroll"));
         }
         println!("\n[{name}] {agents} agents enrolled in {:.1} s", enrolling.elapsed().as_secs_f64());
+        let states_file = std::env::temp_dir().join(format!("cardpool-bench-agents-{}-{name}.json", std::process::id()));
+        std::fs::write(&states_file, serde_json::to_string(&states).expect("states")).expect("writing agent states");
         let hub = services.telemetry.clone();
         let stored = || hub.samples_stored.load(Ordering::Relaxed);
 
@@ -230,13 +301,15 @@ async fn main() {
         }
 
         // 1. The ceiling: every agent sampling `sample_ms`, faster than production.
-        let fleet = start_agents(&states, sample_ms);
+        let fleet = AgentProcess::start(&states_file, sample_ms);
         wait_until_streaming(&hub, agents, now_ms()).await;
         tokio::time::sleep(Duration::from_secs(2)).await;
         let commits = || hub.commits.load(Ordering::Relaxed);
         let frames = || hub.frames_stored.load(Ordering::Relaxed);
         let (samples0, commits0, frames0, started) = (stored(), commits(), frames(), Instant::now());
+        let cpu = CpuShare::start(&fleet);
         tokio::time::sleep(Duration::from_secs(seconds)).await;
+        println!("  {}", cpu.report());
         let ceiling = (stored() - samples0) as f64 / started.elapsed().as_secs_f64();
         let transactions = commits() - commits0;
         println!(
@@ -245,22 +318,22 @@ async fn main() {
             hub.frames_duplicate.load(Ordering::Relaxed),
             (frames() - frames0) as f64 / transactions.max(1) as f64
         );
-        for agent in fleet {
-            agent.abort();
-        }
+        drop(fleet);
 
         // 2. Production pace (1 Hz) with fleet dashboards watching: latency from sampling on the
         // agent to the event at a dashboard.
         tokio::time::sleep(Duration::from_secs(2)).await;
         let swapped = now_ms();
-        let fleet = start_agents(&states, 1000);
+        let fleet = AgentProcess::start(&states_file, 1000);
         // The replay of what piled up while the agents were swapped has to drain first.
         wait_until_streaming(&hub, agents, swapped).await;
         tokio::time::sleep(Duration::from_secs(5)).await;
         let (samples0, started) = (stored(), Instant::now());
+        let cpu = CpuShare::start(&fleet);
         recording.store(true, Ordering::Relaxed);
         tokio::time::sleep(Duration::from_secs(seconds)).await;
         recording.store(false, Ordering::Relaxed);
+        println!("  {}", cpu.report());
         let rate = (stored() - samples0) as f64 / started.elapsed().as_secs_f64();
         let mut lat = std::mem::take(&mut *latencies.lock().unwrap_or_else(|p| p.into_inner()));
         lat.sort_unstable();
@@ -301,9 +374,8 @@ async fn main() {
         );
         let _ = readers.kill();
         let _ = readers.wait();
-        for agent in fleet {
-            agent.abort();
-        }
+        drop(fleet);
+        let _ = std::fs::remove_file(&states_file);
 
         // The real agent binary at production pace.
         let binary = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/release/cardpool-agent");

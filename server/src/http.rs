@@ -51,22 +51,28 @@ impl HttpOptions {
 const OUTPUT_NAME: &str = "cardpool";
 
 /// Leptos options for serving the site cargo-leptos built under `site_root`. The bundle's
-/// files carry content hashes when cargo-leptos left a `hash.txt` beside this binary (Leptos
-/// reads the names from there); a binary without one (tests, examples) links the plain names.
+/// files carry content hashes when cargo-leptos left a `hash.txt` (Leptos reads the names from
+/// it): beside this binary, where cargo-leptos writes it, or in the site root, where an installed
+/// copy keeps it (the Dockerfile, the systemd unit) so the binary can live in a `bin` of its own.
+/// A binary with neither (tests, examples) links the plain names.
 pub fn leptos_options(config: &Config) -> LeptosOptions {
+    let hashes = hash_file(&config.site_root);
     LeptosOptions::builder()
         .output_name(OUTPUT_NAME)
         .site_root(config.site_root.to_string_lossy().into_owned())
         .site_pkg_dir("pkg")
         .site_addr(config.addr)
-        .hash_files(files_hashed())
+        .hash_files(hashes.is_some())
+        // Leptos joins this to the binary's folder; an absolute path replaces that folder.
+        .hash_file(hashes.map_or_else(|| "hash.txt".into(), |f| f.to_string_lossy().into()))
         .build()
 }
 
-/// Whether the site was built with content-hashed names: cargo-leptos then writes `hash.txt`
-/// beside the server binary.
-fn files_hashed() -> bool {
-    std::env::current_exe().ok().and_then(|exe| Some(exe.parent()?.join("hash.txt"))).is_some_and(|f| f.is_file())
+/// Where cargo-leptos's `hash.txt` is, if the site was built with content-hashed names.
+fn hash_file(site_root: &std::path::Path) -> Option<std::path::PathBuf> {
+    let beside_binary = std::env::current_exe().ok().and_then(|exe| Some(exe.parent()?.join("hash.txt")));
+    let in_site = std::path::absolute(site_root.join("hash.txt")).ok();
+    beside_binary.into_iter().chain(in_site).find(|f| f.is_file())
 }
 
 /// The whole application as one router.
@@ -86,7 +92,7 @@ pub fn router(services: Services, leptos_options: LeptosOptions, options: HttpOp
         crate::gateway::GatewayOptions { heartbeat_interval: options.heartbeat_interval, metrics: metrics.clone() };
     let metrics_token = crate::metrics::MetricsToken(options.metrics_token.as_deref().map(Arc::from));
     let options = Arc::new(options);
-    let hashed_dir = files_hashed().then_some(&*state.leptos_options.site_pkg_dir);
+    let hashed_dir = state.leptos_options.hash_files.then_some(&*state.leptos_options.site_pkg_dir);
     let assets = Assets::load(std::path::Path::new(&*state.leptos_options.site_root), hashed_dir);
 
     Router::new()

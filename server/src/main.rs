@@ -54,6 +54,10 @@ struct StripeLocalArgs {
     /// Also write the settings, as `KEY=value` lines, to this file (for scripts).
     #[arg(long)]
     env_file: Option<PathBuf>,
+    /// The URL replicas and browsers reach it at, when not the address it listens on (in a
+    /// container listening on 0.0.0.0:12111 and published as http://localhost:12111).
+    #[arg(long)]
+    public_url: Option<String>,
 }
 
 #[derive(Args)]
@@ -267,9 +271,17 @@ async fn serve(config_file: Option<&std::path::Path>, args: ServeArgs) -> anyhow
 }
 
 async fn stripe_local(args: StripeLocalArgs) -> anyhow::Result<()> {
-    let (running, stripe) = local_stripe::start(&args.cardpool_url, args.addr)
+    let (running, mut stripe) = local_stripe::start(&args.cardpool_url, args.addr)
         .await
         .with_context(|| format!("starting the local test-mode Stripe on {}", args.addr))?;
+    if let Some(url) = &args.public_url {
+        anyhow::ensure!(
+            url.starts_with("http://") || url.starts_with("https://"),
+            "--public-url must be an http:// or https:// URL, not {url:?}"
+        );
+        running.stripe.set_public_url(url);
+        stripe.api_base = Some(format!("{}/", url.trim_end_matches('/')));
+    }
     let settings = format!(
         "CARDPOOL_STRIPE_SECRET_KEY={}\nCARDPOOL_STRIPE_WEBHOOK_SECRET={}\nCARDPOOL_STRIPE_API_BASE={}\n",
         stripe.secret_key,
@@ -284,7 +296,8 @@ async fn stripe_local(args: StripeLocalArgs) -> anyhow::Result<()> {
     }
     eprintln!(
         "Local test-mode Stripe at {} (no real money moves), webhooks to {}.\nStart each replica with:\n{settings}",
-        running.url, args.cardpool_url
+        args.public_url.as_deref().unwrap_or(&running.url),
+        args.cardpool_url
     );
     shutdown_signal().await;
     Ok(())

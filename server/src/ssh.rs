@@ -46,13 +46,17 @@ const MAX_COMMAND: usize = 64 << 10;
 const RENTAL_CHECK: Duration = Duration::from_secs(5);
 
 /// The gateway's host key: read from `path`, or made (Ed25519) and kept there on first start,
-/// so clients' `known_hosts` stay valid across restarts.
+/// so clients' `known_hosts` stay valid across restarts. Replicas sharing one key file may start
+/// together: the new key is written whole to a file of this process's own and linked into place,
+/// which only one of them wins; the others read the winner's.
 pub fn load_or_create_host_key(path: &Path) -> anyhow::Result<PrivateKey> {
     use anyhow::Context;
-    if path.exists() {
+    let read = || -> anyhow::Result<PrivateKey> {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        return PrivateKey::from_openssh(&text)
-            .with_context(|| format!("{} is not an OpenSSH private key", path.display()));
+        PrivateKey::from_openssh(&text).with_context(|| format!("{} is not an OpenSSH private key", path.display()))
+    };
+    if path.exists() {
+        return read();
     }
     let mut seed = [0u8; 32];
     rand::RngCore::fill_bytes(&mut rand::rng(), &mut seed);
@@ -61,16 +65,27 @@ pub fn load_or_create_host_key(path: &Path) -> anyhow::Result<PrivateKey> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    use std::{io::Write, os::unix::fs::OpenOptionsExt};
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("creating {}", path.display()))?;
-    file.write_all(text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
-    tracing::info!(path = %path.display(), "generated the SSH gateway's host key");
-    Ok(key)
+    let mut draft = path.as_os_str().to_owned();
+    // Random, not the process id: replicas in containers are all process 1.
+    draft.push(format!(".{:016x}.new", rand::RngCore::next_u64(&mut rand::rng())));
+    let draft = std::path::PathBuf::from(draft);
+    let written = (|| {
+        use std::{io::Write, os::unix::fs::OpenOptionsExt};
+        let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&draft)?;
+        file.write_all(text.as_bytes())?;
+        file.sync_all()?;
+        std::fs::hard_link(&draft, path)
+    })();
+    let _ = std::fs::remove_file(&draft);
+    match written {
+        Ok(()) => {
+            tracing::info!(path = %path.display(), "generated the SSH gateway's host key");
+            Ok(key)
+        }
+        // Another replica made it first.
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => read(),
+        Err(err) => Err(err).with_context(|| format!("creating {}", path.display())),
+    }
 }
 
 /// What renters are told to connect to: the configured public host and port, else the public
@@ -436,4 +451,23 @@ async fn relay(
         }
     }
     let _ = to_client.close().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::load_or_create_host_key;
+
+    #[test]
+    fn replicas_starting_together_share_one_host_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys/host-key");
+        let keys: Vec<_> = std::thread::scope(|scope| {
+            let racers: Vec<_> = (0..8).map(|_| scope.spawn(|| load_or_create_host_key(&path).unwrap())).collect();
+            racers.into_iter().map(|r| r.join().unwrap()).collect()
+        });
+        assert!(keys.windows(2).all(|pair| pair[0] == pair[1]), "every replica uses the one key that was kept");
+        assert_eq!(load_or_create_host_key(&path).unwrap(), keys[0]);
+        let left: Vec<_> = std::fs::read_dir(path.parent().unwrap()).unwrap().collect();
+        assert_eq!(left.len(), 1, "no drafts are left beside the key");
+    }
 }

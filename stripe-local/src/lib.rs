@@ -174,6 +174,13 @@ impl LocalStripe {
         Ok(Running { stripe, addr, url })
     }
 
+    /// Where browsers and Stripe's clients reach this Stripe, when that is not the address it
+    /// listens on (`0.0.0.0:12111` in a container published as `localhost:12111`): the URL in
+    /// checkout sessions and account links.
+    pub fn set_public_url(&self, url: &str) {
+        *self.shared.public_url.write().expect("lock") = url.trim_end_matches('/').to_owned();
+    }
+
     pub fn router(&self) -> Router {
         Router::new()
             .route("/v1/checkout/sessions", post(objects::create_checkout_session))

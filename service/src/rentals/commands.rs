@@ -43,19 +43,28 @@ pub async fn commands_for_host(
                 && r.starts_at <= now
         })
         .collect();
-    let held = rental_gpus::Entity::find()
-        .filter(rental_gpus::Column::RentalId.is_in(attaching.iter().map(|r| r.id)))
-        .all(&services.db)
-        .await
-        .context("loading held gpus")?;
-    let devices: HashMap<i64, gpus::Model> = gpus::Entity::find()
-        .filter(gpus::Column::Id.is_in(held.iter().map(|h| h.gpu_id)))
-        .all(&services.db)
-        .await
-        .context("loading gpus")?
-        .into_iter()
-        .map(|g| (g.id, g))
-        .collect();
+    // Most heartbeats find nothing to attach: no queries for GPUs then (this runs on every one).
+    let held = if attaching.is_empty() {
+        Vec::new()
+    } else {
+        rental_gpus::Entity::find()
+            .filter(rental_gpus::Column::RentalId.is_in(attaching.iter().map(|r| r.id)))
+            .all(&services.db)
+            .await
+            .context("loading held gpus")?
+    };
+    let devices: HashMap<i64, gpus::Model> = if held.is_empty() {
+        HashMap::new()
+    } else {
+        gpus::Entity::find()
+            .filter(gpus::Column::Id.is_in(held.iter().map(|h| h.gpu_id)))
+            .all(&services.db)
+            .await
+            .context("loading gpus")?
+            .into_iter()
+            .map(|g| (g.id, g))
+            .collect()
+    };
     for rental in attaching {
         let mut mine: Vec<&gpus::Model> =
             held.iter().filter(|h| h.rental_id == rental.id).filter_map(|h| devices.get(&h.gpu_id)).collect();
