@@ -148,7 +148,12 @@ struct CpuShare {
 impl CpuShare {
     fn start(agents: &AgentProcess) -> CpuShare {
         let agents_pid = agents.0.id();
-        CpuShare { server: cpu_secs(std::process::id()), agents: cpu_secs(agents_pid), started: Instant::now(), agents_pid }
+        CpuShare {
+            server: cpu_secs(std::process::id()),
+            agents: cpu_secs(agents_pid),
+            started: Instant::now(),
+            agents_pid,
+        }
     }
     /// Each process's share of one core since `start`.
     fn report(&self) -> String {
@@ -277,7 +282,8 @@ async fn main() {
             states.push(enrollment::enroll(&base, &created.token, &format!("bench-{i:03}")).await.expect("enroll"));
         }
         println!("\n[{name}] {agents} agents enrolled in {:.1} s", enrolling.elapsed().as_secs_f64());
-        let states_file = std::env::temp_dir().join(format!("cardpool-bench-agents-{}-{name}.json", std::process::id()));
+        let states_file =
+            std::env::temp_dir().join(format!("cardpool-bench-agents-{}-{name}.json", std::process::id()));
         std::fs::write(&states_file, serde_json::to_string(&states).expect("states")).expect("writing agent states");
         let hub = services.telemetry.clone();
         let stored = || hub.samples_stored.load(Ordering::Relaxed);

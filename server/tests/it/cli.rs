@@ -120,3 +120,54 @@ fn stripe_local_runs_on_its_own_and_says_how_to_reach_it() {
     child.wait().unwrap();
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Behind a published port (a container listening on 0.0.0.0), `--public-url` is the address
+/// the replicas are given and the one checkout pages are linked at; anything but an http(s) URL
+/// is refused.
+#[test]
+fn stripe_local_names_its_public_url_when_it_listens_elsewhere() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let env_file = dir.path().join("stripe.env");
+    let public = format!("http://localhost:{port}");
+    let mut child = cardpool()
+        .args(["stripe-local", "--addr", &format!("127.0.0.1:{port}"), "--cardpool-url", "http://127.0.0.1:9"])
+        .args(["--public-url", &format!("{public}/")])
+        .arg("--env-file")
+        .arg(&env_file)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::fs::read_to_string(&env_file).unwrap_or_default().lines().count() < 3 {
+        assert!(std::time::Instant::now() < deadline, "no settings written");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let settings = std::fs::read_to_string(&env_file).unwrap();
+    assert!(settings.contains(&format!("CARDPOOL_STRIPE_API_BASE={public}/\n")), "{settings}");
+    let key = settings.lines().find_map(|l| l.strip_prefix("CARDPOOL_STRIPE_SECRET_KEY=")).unwrap().to_owned();
+    let body = "success_url=http%3A%2F%2Fx%2Fok&line_items[0][price_data][unit_amount]=500&line_items[0][quantity]=1";
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    use std::io::{Read, Write};
+    write!(
+        stream,
+        "POST /v1/checkout/sessions HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {key}\r\n\
+         Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains(&format!("\"url\":\"{public}/checkout/cs_")), "checkout links the public URL: {answer}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let refused = cardpool()
+        .args(["stripe-local", "--addr", "127.0.0.1:0", "--cardpool-url", "http://127.0.0.1:9"])
+        .args(["--public-url", "localhost:12111"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--public-url must be an http"), "{refused:?}");
+}
