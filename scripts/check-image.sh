@@ -58,10 +58,13 @@ ssh_port=$(free_port)
 args=()
 for line in $env_lines; do args+=(--setenv "${line%%=*}" "${line#*=}"); done
 say "check-image: cardpool serve --demo in the image's root as uid $uid, port $port"
+# bwrap's --uid needs a user namespace, in which the root's files would not be owned as in the
+# image; setpriv (util-linux, in every Debian root) drops to the image's user instead.
 bwrap --bind "$rootfs" / --proc /proc --dev /dev --tmpfs /tmp --unshare-pid --die-with-parent \
-  --uid "$uid" --gid "$uid" --chdir /var/lib/cardpool --clearenv "${args[@]}" \
+  --chdir /var/lib/cardpool --clearenv "${args[@]}" \
   --setenv HOME /var/lib/cardpool --setenv PATH /usr/local/bin:/usr/bin:/bin \
   --setenv CARDPOOL_ADDR "127.0.0.1:$port" --setenv CARDPOOL_SSH_ADDR "127.0.0.1:$ssh_port" \
+  setpriv --reuid="$uid" --regid="$uid" --clear-groups \
   /usr/local/bin/cardpool serve --demo >"$dir/serve.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true' EXIT
