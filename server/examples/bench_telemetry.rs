@@ -15,12 +15,17 @@
 //! 3. Memory per dashboard: the server's resident memory before and after `BENCH_IDLE_DASHBOARDS`
 //!    (200) more fleet feeds are opened at that load (by a second process, so that only the
 //!    server's side is counted), divided by their number.
+//!    Agents heartbeat every `BENCH_HEARTBEAT_SECS` (the server's default, 5).
 //! 4. The real `cardpool-agent` binary (target/release) at 1 Hz with 8 simulated GPUs for
 //!    `BENCH_AGENT_SECONDS` (30): its CPU time and resident memory from /proc.
 //!
 //! The agents (the agent crate's own connection loop, one per host) run in a second process,
 //! this benchmark started again with `--run-agents`, so the server's CPU time and the load
 //! generator's are told apart (both are printed per measurement); they still share the machine.
+//! The server's figure includes the dashboards' readers (they run in its process). With
+//! `BENCH_LIGHT_AGENTS=1` that process runs light agents, which send the server the same
+//! messages without the real agent's own work (see `start_light_agents`): for fleets of
+//! thousands, where the real agents' start-up and sampling would use the machine up first.
 #![allow(clippy::print_stdout)] // printing the figures is the point
 
 use cardpool_agent::{
@@ -104,13 +109,94 @@ async fn watch(mut response: reqwest::Response, latencies: Arc<Mutex<Vec<i64>>>,
 }
 
 /// The agent process of measurements 1 and 2: runs one agent per host in `states_file` (JSON),
-/// sampling every `sample_ms`, until killed.
+/// sampling every `sample_ms`, until killed. `BENCH_LIGHT_AGENTS=1` runs light agents instead.
 async fn run_agents(states_file: &str, sample_ms: u64) {
     let states: Vec<AgentState> =
         serde_json::from_str(&std::fs::read_to_string(states_file).expect("agent states")).expect("agent states");
-    let agents = start_agents(&states, sample_ms);
+    let agents = if env("BENCH_LIGHT_AGENTS", 0) == 1 {
+        start_light_agents(&states, sample_ms)
+    } else {
+        start_agents(&states, sample_ms)
+    };
     for agent in agents {
         let _ = agent.await;
+    }
+}
+
+/// Light agents: each sends what a real agent sends the server, as it sends it (hello, its
+/// simulated GPUs' inventory, one telemetry frame of all 8 every `sample_ms`, a heartbeat every
+/// interval the server asks for), and reads what the server sends, without the real agent's
+/// sampler, workload supervisor, self-test and sandbox probe. At thousands of agents in one
+/// process those cost more than the server does (each real agent probes its sandbox at start),
+/// which measures the load generator, not the server. Starts are spread as in [`start_agents`].
+fn start_light_agents(states: &[AgentState], sample_ms: u64) -> Vec<tokio::task::JoinHandle<()>> {
+    let count = states.len().max(1) as u64;
+    states
+        .iter()
+        .cloned()
+        .enumerate()
+        .map(|(i, state)| {
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(i as u64 * sample_ms / count)).await;
+                if let Err(err) = light_agent(&state, i, sample_ms).await {
+                    eprintln!("light agent {i}: {err}");
+                }
+            })
+        })
+        .collect()
+}
+
+async fn light_agent(state: &AgentState, index: usize, sample_ms: u64) -> Result<(), String> {
+    use cardpool_agent::gpu::GpuSource;
+    use cardpool_protocol::{AgentMessage, Inventory, PROTOCOL_VERSION, ServerMessage, TelemetryFrame};
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
+    let source = SimulatedSource::new("8xH100-80GB", &format!("bench-{index:03}"), vec![])?;
+    let mut request = connection::gateway_url(&state.server)?.into_client_request().map_err(|e| e.to_string())?;
+    let bearer = format!("Bearer {}", state.credential).parse().map_err(|_| "credential")?;
+    request.headers_mut().insert("authorization", bearer);
+    let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default().read_buffer_size(16 * 1024);
+    let (socket, _) =
+        tokio_tungstenite::connect_async_with_config(request, Some(config), true).await.map_err(|e| e.to_string())?;
+    let (mut tx, mut rx) = socket.split();
+    let text = |message: &AgentMessage| Message::Text(serde_json::to_string(message).expect("encodes").into());
+    let hello =
+        AgentMessage::Hello { protocol: PROTOCOL_VERSION, agent_version: "bench".into(), host_id: state.host_id };
+    tx.send(text(&hello)).await.map_err(|e| e.to_string())?;
+    let heartbeat_secs = match rx.next().await {
+        Some(Ok(Message::Text(answer))) => match serde_json::from_str::<ServerMessage>(&answer) {
+            Ok(ServerMessage::Welcome { heartbeat_interval_secs, .. }) => heartbeat_interval_secs.max(1),
+            other => return Err(format!("answer to hello: {other:?}")),
+        },
+        other => return Err(format!("answer to hello: {other:?}")),
+    };
+    let inventory = Inventory {
+        protocol: PROTOCOL_VERSION,
+        host: cardpool_agent::host::host_facts(None),
+        gpus: source.gpus().map_err(|e| e.to_string())?,
+    };
+    tx.send(text(&AgentMessage::Inventory(inventory))).await.map_err(|e| e.to_string())?;
+    let stream = now_ms() as u64;
+    let (mut sequence, mut beats) = (0u64, 0u64);
+    let mut sample = tokio::time::interval(Duration::from_millis(sample_ms));
+    let mut heartbeat = tokio::time::interval(Duration::from_secs(heartbeat_secs));
+    loop {
+        let message = tokio::select! {
+            _ = sample.tick() => {
+                sequence += 1;
+                let frame = TelemetryFrame { sequence, at_ms: now_ms(), gpus: source.sample(&[]).map_err(|e| e.to_string())? };
+                AgentMessage::Telemetry { stream, frames: vec![frame], dropped: 0 }
+            }
+            _ = heartbeat.tick() => {
+                beats += 1;
+                AgentMessage::Heartbeat { sequence: beats, rentals: Vec::new() }
+            }
+            read = rx.next() => match read {
+                Some(Ok(_)) => continue, // acknowledgements; nothing to replay here
+                _ => return Err("the server closed the connection".into()),
+            },
+        };
+        tx.send(text(&message)).await.map_err(|e| e.to_string())?;
     }
 }
 
@@ -244,7 +330,10 @@ async fn main() {
     let seconds = env("BENCH_SECONDS", 15);
     let agent_seconds = env("BENCH_AGENT_SECONDS", 30);
     let wanted = std::env::args().nth(1);
-    println!("telemetry benchmark: {agents} agents × 8 simulated GPUs, {seconds} s per measurement");
+    let kind = if env("BENCH_LIGHT_AGENTS", 0) == 1 { "light agents" } else { "agents" };
+    println!(
+        "telemetry benchmark: {agents} {kind} × 8 simulated GPUs (in a process of their own), {seconds} s per measurement"
+    );
     for (backend, name) in [(Backend::Sqlite, "sqlite"), (Backend::Postgres, "postgres")] {
         if wanted.as_deref().is_some_and(|w| w != name) {
             continue;
@@ -255,7 +344,8 @@ async fn main() {
         let (_db, services) = testing::services(backend, settings).await;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let config = Config { addr, ..Config::default() };
+        let heartbeat_interval_secs = env("BENCH_HEARTBEAT_SECS", Config::default().heartbeat_interval_secs);
+        let config = Config { addr, heartbeat_interval_secs, ..Config::default() };
         let app =
             http::router(services.clone(), http::leptos_options(&config), http::HttpOptions::from_config(&config));
         tokio::spawn(cardpool_server::serve::serve(listener, app, config.max_connections, std::future::pending()));

@@ -57,6 +57,10 @@ const REVOKED: &str = "this host's credential was revoked";
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest message an agent may send: a telemetry batch (60 frames of 64 GPUs) is ~600 KiB.
 const MAX_MESSAGE_BYTES: usize = 1 << 20;
+/// The agent socket's read buffer and the unsent bytes at which writes go out.
+const SOCKET_BUFFER_BYTES: usize = 16 * 1024;
+/// Unsent bytes to one agent past which sending fails and the connection ends.
+const MAX_UNSENT_BYTES: usize = 4 * 1024 * 1024;
 /// Messages that reach the database (heartbeats, reports, telemetry): per second, and in a burst.
 const STORED_PER_SEC: f64 = 20.0;
 const STORED_BURST: f64 = 200.0;
@@ -85,6 +89,13 @@ pub async fn connect(
     upgrade
         .max_message_size(MAX_MESSAGE_BYTES)
         .max_frame_size(MAX_MESSAGE_BYTES)
+        // tungstenite's 128 KiB default read buffer is zero-filled before every read and, with
+        // the write buffer, held per agent for the connection's life: at thousands of agents
+        // that was most of the server's memory and a share of its CPU. Larger messages still
+        // grow the read buffer; what waits unsent for a stuck agent is bounded.
+        .read_buffer_size(SOCKET_BUFFER_BYTES)
+        .write_buffer_size(SOCKET_BUFFER_BYTES)
+        .max_write_buffer_size(MAX_UNSENT_BYTES)
         .on_upgrade(move |socket| serve_agent(state.services, host, credential, options, socket))
 }
 
@@ -107,17 +118,20 @@ async fn refuse(tx: &mut Sender, reason: impl Into<String>) {
 /// Sends what the agent must do now. False when the connection is gone.
 async fn send_commands(services: &Services, tx: &mut Sender, host_id: i64, running: Option<&[i64]>) -> bool {
     match rentals::commands_for_host(services, host_id, running).await {
-        Ok(commands) => {
-            for command in &commands {
-                if !send(tx, command).await {
-                    return false;
-                }
-            }
-            true
-        }
+        Ok(commands) => send_all(tx, &commands).await,
         // Already logged; the next tick tries again.
         Err(_) => true,
     }
+}
+
+/// Sends each of `commands`; false when the socket is gone.
+async fn send_all(tx: &mut Sender, commands: &[ServerMessage]) -> bool {
+    for command in commands {
+        if !send(tx, command).await {
+            return false;
+        }
+    }
+    true
 }
 
 async fn serve_agent(
@@ -289,9 +303,15 @@ async fn serve_connected(
                             Err(err) => Err(err),
                         };
                         if beat.is_ok() && reconciles {
-                            beat = rentals::reconcile_running(services, host.id, &running).await.map(|_| ());
-                        }
-                        if beat.is_ok() && !send_commands(services, tx, host.id, Some(&running)).await {
+                            match rentals::answer_heartbeat(services, host.id, &running).await {
+                                Ok(commands) => {
+                                    if !send_all(tx, &commands).await {
+                                        break;
+                                    }
+                                }
+                                Err(err) => beat = Err(err),
+                            }
+                        } else if beat.is_ok() && !send_commands(services, tx, host.id, Some(&running)).await {
                             break;
                         }
                         beat

@@ -74,15 +74,21 @@ impl WriteQueue {
         }
     }
 
+    /// The turn alone, for one statement run on the pool without a transaction of its own
+    /// (a statement is atomic by itself): `None` on PostgreSQL, which takes no turn.
+    pub async fn turn(&self) -> Option<OwnedMutexGuard<()>> {
+        match &self.0 {
+            Some(queue) => Some(queue.clone().lock_owned().await),
+            None => None,
+        }
+    }
+
     /// Starts a transaction for a write that reads first (`BEGIN IMMEDIATE` on SQLite, once it
     /// is this writer's turn; a normal `BEGIN` on PostgreSQL). The turn is taken before a
     /// connection, so writers waiting for it hold none, and it passes on when the transaction
     /// commits, rolls back or is dropped.
     pub async fn begin(&self, db: &DatabaseConnection) -> Result<WriteTxn, DbErr> {
-        let turn = match &self.0 {
-            Some(queue) => Some(queue.clone().lock_owned().await),
-            None => None,
-        };
+        let turn = self.turn().await;
         let txn = db
             .begin_with_options(TransactionOptions {
                 sqlite_transaction_mode: Some(sea_orm::SqliteTransactionMode::Immediate),

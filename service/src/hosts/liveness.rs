@@ -92,43 +92,59 @@ async fn heard_from(services: &Services, host_id: i64, through: Through<'_>) -> 
         Through::Owner(connection) => update.filter(hosts::Column::ConnectionId.eq(connection)),
         Through::Any | Through::Claiming(_) => update,
     };
-    let txn = services.begin_write().await.context("starting heartbeat")?;
-    // Nearly every heartbeat is from a host that is online already: one statement for those.
-    let mut beat = hosts::Entity::update_many().col_expr(hosts::Column::LastHeartbeatAt, Expr::value(now));
-    if let Through::Claiming(connection) = through {
-        beat = beat.col_expr(hosts::Column::ConnectionId, Expr::value(connection));
-    }
-    let mut heard = owned_by(beat)
-        .filter(hosts::Column::Id.eq(host_id))
-        .filter(hosts::Column::RevokedAt.is_null())
-        .filter(hosts::Column::Status.eq(HostStatus::Online.as_str()))
-        .exec(&txn)
-        .await
-        .context("recording heartbeat")?
-        .rows_affected
-        == 1;
-    let mut stock_change = None;
-    if !heard {
-        let mut online = hosts::Entity::update_many()
-            .col_expr(hosts::Column::Status, Expr::value(HostStatus::Online.as_str()))
-            .col_expr(hosts::Column::LastHeartbeatAt, Expr::value(now));
-        if let Through::Claiming(connection) = through {
-            online = online.col_expr(hosts::Column::ConnectionId, Expr::value(connection));
-        }
-        heard = owned_by(online)
+    // Nearly every heartbeat is from the owner of a host that is online already: one statement
+    // for those, with no transaction around it (in the write turn on SQLite).
+    if let Through::Owner(_) = through {
+        let _turn = services.writes.turn().await;
+        let beat = hosts::Entity::update_many().col_expr(hosts::Column::LastHeartbeatAt, Expr::value(now));
+        let heard = owned_by(beat)
             .filter(hosts::Column::Id.eq(host_id))
             .filter(hosts::Column::RevokedAt.is_null())
-            .filter(hosts::Column::Status.ne(HostStatus::Online.as_str()))
-            .exec(&txn)
+            .filter(hosts::Column::Status.eq(HostStatus::Online.as_str()))
+            .exec(&services.db)
             .await
-            .context("marking host online")?
+            .context("recording heartbeat")?
             .rows_affected
             == 1;
         if heard {
-            record_event(&txn, host_id, HostStatus::Online, "agent connected", now).await?;
-            crate::alerts::resolve(&txn, AlertKind::HostOffline, host_id, None).await?;
-            stock_change = Some(crate::stock::refresh_stock(&txn, host_id).await?);
+            return Ok(true);
         }
+    }
+    let txn = services.begin_write().await.context("starting heartbeat")?;
+    let mut online = hosts::Entity::update_many()
+        .col_expr(hosts::Column::Status, Expr::value(HostStatus::Online.as_str()))
+        .col_expr(hosts::Column::LastHeartbeatAt, Expr::value(now));
+    if let Through::Claiming(connection) = through {
+        online = online.col_expr(hosts::Column::ConnectionId, Expr::value(connection));
+    }
+    let came_online = owned_by(online)
+        .filter(hosts::Column::Id.eq(host_id))
+        .filter(hosts::Column::RevokedAt.is_null())
+        .filter(hosts::Column::Status.ne(HostStatus::Online.as_str()))
+        .exec(&txn)
+        .await
+        .context("marking host online")?
+        .rows_affected
+        == 1;
+    let mut stock_change = None;
+    let mut heard = true;
+    if came_online {
+        record_event(&txn, host_id, HostStatus::Online, "agent connected", now).await?;
+        crate::alerts::resolve(&txn, AlertKind::HostOffline, host_id, None).await?;
+        stock_change = Some(crate::stock::refresh_stock(&txn, host_id).await?);
+    } else {
+        let mut beat = hosts::Entity::update_many().col_expr(hosts::Column::LastHeartbeatAt, Expr::value(now));
+        if let Through::Claiming(connection) = through {
+            beat = beat.col_expr(hosts::Column::ConnectionId, Expr::value(connection));
+        }
+        heard = owned_by(beat)
+            .filter(hosts::Column::Id.eq(host_id))
+            .filter(hosts::Column::RevokedAt.is_null())
+            .exec(&txn)
+            .await
+            .context("recording heartbeat")?
+            .rows_affected
+            == 1;
     }
     txn.commit().await.context("committing heartbeat")?;
     if let Some(change) = stock_change {

@@ -23,14 +23,41 @@ pub async fn commands_for_host(
     host_id: i64,
     running_on_agent: Option<&[i64]>,
 ) -> AppResult<Vec<ServerMessage>> {
-    let now = Utc::now();
-    let notice = Duration::seconds(i64::from(services.settings.rentals.preemption_notice_secs));
-    let live: Vec<rentals::Model> = rentals::Entity::find()
+    let live = live_here(services, host_id).await?;
+    commands_from(services, host_id, running_on_agent, live).await
+}
+
+/// A heartbeat's answer: rentals whose workload vanished from the agent's list fail
+/// ([`super::reconcile_running`]), then what the agent must do now. The host's live rentals are
+/// read once for both: at thousands of agents heartbeats are most of the gateway's queries.
+pub async fn answer_heartbeat(
+    services: &Services,
+    host_id: i64,
+    running_on_agent: &[i64],
+) -> AppResult<Vec<ServerMessage>> {
+    let mut live = live_here(services, host_id).await?;
+    let vanished = super::lifecycle::reconcile_loaded(services, host_id, running_on_agent, &live).await?;
+    live.retain(|r| !vanished.contains(&r.id));
+    commands_from(services, host_id, Some(running_on_agent), live).await
+}
+
+async fn live_here(services: &Services, host_id: i64) -> AppResult<Vec<rentals::Model>> {
+    rentals::Entity::find()
         .filter(rentals::Column::HostId.eq(host_id))
         .filter(rentals::Column::State.is_in(names(&LIVE)))
         .all(&services.db)
         .await
-        .context("loading host rentals")?;
+        .context("loading host rentals")
+}
+
+async fn commands_from(
+    services: &Services,
+    host_id: i64,
+    running_on_agent: Option<&[i64]>,
+    live: Vec<rentals::Model>,
+) -> AppResult<Vec<ServerMessage>> {
+    let now = Utc::now();
+    let notice = Duration::seconds(i64::from(services.settings.rentals.preemption_notice_secs));
     let mut commands = Vec::new();
     // Attaching, and running gang members too: an attach the agent already runs only updates
     // its gang's peers (a replacement member's address), so it is repeated for them.

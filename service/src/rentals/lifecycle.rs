@@ -261,17 +261,30 @@ const GONE_AFTER: chrono::Duration = chrono::Duration::seconds(10);
 /// host for a while that the agent does not run any more (the host rebooted, the workload was
 /// killed outside the agent) has lost its workload: it fails, billed to now. Returns those.
 pub async fn reconcile_running(services: &Services, host_id: i64, running_on_agent: &[i64]) -> AppResult<Vec<i64>> {
-    let now = Utc::now();
-    let missing: Vec<i64> = rentals::Entity::find()
+    let running = rentals::Entity::find()
         .filter(rentals::Column::HostId.eq(host_id))
         .filter(rentals::Column::State.eq(RentalState::Running.as_str()))
-        .filter(rentals::Column::RunningSince.lt(now - GONE_AFTER))
-        // A reservation whose workload exited keeps its window; nothing runs for it on purpose.
-        .filter(rentals::Column::WorkloadExitedAt.is_null())
         .all(&services.db)
         .await
-        .context("loading running rentals")?
-        .into_iter()
+        .context("loading running rentals")?;
+    reconcile_loaded(services, host_id, running_on_agent, &running).await
+}
+
+/// [`reconcile_running`] over the host's rentals already read (any states; the running ones
+/// are looked at), so a heartbeat reads them once for this and for its commands.
+pub(super) async fn reconcile_loaded(
+    services: &Services,
+    host_id: i64,
+    running_on_agent: &[i64],
+    rentals_here: &[rentals::Model],
+) -> AppResult<Vec<i64>> {
+    let now = Utc::now();
+    let missing: Vec<i64> = rentals_here
+        .iter()
+        .filter(|r| r.state == RentalState::Running.as_str())
+        .filter(|r| r.running_since.is_some_and(|since| since < now - GONE_AFTER))
+        // A reservation whose workload exited keeps its window; nothing runs for it on purpose.
+        .filter(|r| r.workload_exited_at.is_none())
         .map(|r| r.id)
         .filter(|id| !running_on_agent.contains(id))
         .collect();
