@@ -128,22 +128,13 @@ async fn run_agents(states_file: &str, sample_ms: u64) {
 /// interval the server asks for), and reads what the server sends, without the real agent's
 /// sampler, workload supervisor, self-test and sandbox probe. At thousands of agents in one
 /// process those cost more than the server does (each real agent probes its sandbox at start),
-/// which measures the load generator, not the server. Starts are spread as in [`start_agents`].
+/// which measures the load generator, not the server.
 fn start_light_agents(states: &[AgentState], sample_ms: u64) -> Vec<tokio::task::JoinHandle<()>> {
-    let count = states.len().max(1) as u64;
-    states
-        .iter()
-        .cloned()
-        .enumerate()
-        .map(|(i, state)| {
-            tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(i as u64 * sample_ms / count)).await;
-                if let Err(err) = light_agent(&state, i, sample_ms).await {
-                    eprintln!("light agent {i}: {err}");
-                }
-            })
-        })
-        .collect()
+    spread(states, sample_ms, move |state, i| async move {
+        if let Err(err) = light_agent(&state, i, sample_ms).await {
+            eprintln!("light agent {i}: {err}");
+        }
+    })
 }
 
 async fn light_agent(state: &AgentState, index: usize, sample_ms: u64) -> Result<(), String> {
@@ -252,29 +243,34 @@ impl CpuShare {
     }
 }
 
-/// Runs one agent per enrolled host, sampling every `sample_ms`. Their starts are spread over
-/// one interval, as a real fleet's are: agents started in the same millisecond would sample in
-/// lockstep and arrive as one burst every interval, which measures the burst, not the feed.
+/// Runs one agent per enrolled host, sampling every `sample_ms`.
 fn start_agents(states: &[AgentState], sample_ms: u64) -> Vec<tokio::task::JoinHandle<()>> {
+    spread(states, sample_ms, move |state, i| async move {
+        let source = SimulatedSource::new("8xH100-80GB", &format!("bench-{i:03}"), vec![]).expect("source");
+        let dir = std::env::temp_dir().join(format!("cardpool-bench-telemetry-{}-{i}", std::process::id()));
+        let _ =
+            connection::run(&state, &source, None, dir, WorkloadMode::Simulate, Duration::from_millis(sample_ms)).await;
+    })
+}
+
+/// Starts `agent` for every host, their starts spread over one interval, as a real fleet's
+/// are: agents started in the same millisecond would sample in lockstep and arrive as one
+/// burst every interval, which measures the burst, not the feed.
+fn spread<F, Fut>(states: &[AgentState], sample_ms: u64, agent: F) -> Vec<tokio::task::JoinHandle<()>>
+where
+    F: Fn(AgentState, usize) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     let count = states.len().max(1) as u64;
     states
         .iter()
         .cloned()
         .enumerate()
         .map(|(i, state)| {
+            let run = agent(state, i);
             tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_millis(i as u64 * sample_ms / count)).await;
-                let source = SimulatedSource::new("8xH100-80GB", &format!("bench-{i:03}"), vec![]).expect("source");
-                let dir = std::env::temp_dir().join(format!("cardpool-bench-telemetry-{}-{i}", std::process::id()));
-                let _ = connection::run(
-                    &state,
-                    &source,
-                    None,
-                    dir,
-                    WorkloadMode::Simulate,
-                    Duration::from_millis(sample_ms),
-                )
-                .await;
+                run.await;
             })
         })
         .collect()

@@ -77,6 +77,19 @@ fn a_cluster_replica_refuses_sqlite_and_the_in_process_stripe() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// The three settings `cardpool stripe-local --env-file` writes, once it has.
+fn settings_written(env_file: &std::path::Path) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let settings = std::fs::read_to_string(env_file).unwrap_or_default();
+        if settings.lines().count() >= 3 {
+            return settings;
+        }
+        assert!(std::time::Instant::now() < deadline, "no settings written");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// `cardpool stripe-local` runs the test-mode Stripe on its own and writes the settings the
 /// replicas need; it answers as Stripe does.
 #[test]
@@ -91,12 +104,7 @@ fn stripe_local_runs_on_its_own_and_says_how_to_reach_it() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !env_file.exists() || std::fs::read_to_string(&env_file).unwrap_or_default().lines().count() < 3 {
-        assert!(std::time::Instant::now() < deadline, "no settings written");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let settings = std::fs::read_to_string(&env_file).unwrap();
+    let settings = settings_written(&env_file);
     let value =
         |key: &str| settings.lines().find_map(|l| l.strip_prefix(&format!("{key}="))).unwrap_or_default().to_owned();
     assert!(value("CARDPOOL_STRIPE_SECRET_KEY").starts_with("sk_test_"), "{settings}");
@@ -138,12 +146,7 @@ fn stripe_local_names_its_public_url_when_it_listens_elsewhere() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while std::fs::read_to_string(&env_file).unwrap_or_default().lines().count() < 3 {
-        assert!(std::time::Instant::now() < deadline, "no settings written");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let settings = std::fs::read_to_string(&env_file).unwrap();
+    let settings = settings_written(&env_file);
     assert!(settings.contains(&format!("CARDPOOL_STRIPE_API_BASE={public}/\n")), "{settings}");
     let key = settings.lines().find_map(|l| l.strip_prefix("CARDPOOL_STRIPE_SECRET_KEY=")).unwrap().to_owned();
     let body = "success_url=http%3A%2F%2Fx%2Fok&line_items[0][price_data][unit_amount]=500&line_items[0][quantity]=1";
