@@ -35,6 +35,8 @@ say "scripts/run.sh --check"
 env -u RUSTFLAGS ./scripts/run.sh --check   # cargo-leptos sets its own flags
 say "systemd units (deploy/systemd) against the binaries just built"
 ./scripts/check-units.sh target/release/cardpool target/debug/cardpool-agent
+say "the Dockerfile's runtime stage, from that release build (no Docker engine runs here)"
+./scripts/check-image.sh
 
 pg_db=""
 cleanup() {
