@@ -71,26 +71,23 @@ async fn commands_from(
         })
         .collect();
     // Most heartbeats find nothing to attach: no queries for GPUs then (this runs on every one).
-    let held = if attaching.is_empty() {
-        Vec::new()
+    let (held, devices) = if attaching.is_empty() {
+        (Vec::new(), HashMap::new())
     } else {
-        rental_gpus::Entity::find()
+        let held = rental_gpus::Entity::find()
             .filter(rental_gpus::Column::RentalId.is_in(attaching.iter().map(|r| r.id)))
             .all(&services.db)
             .await
-            .context("loading held gpus")?
-    };
-    let devices: HashMap<i64, gpus::Model> = if held.is_empty() {
-        HashMap::new()
-    } else {
-        gpus::Entity::find()
+            .context("loading held gpus")?;
+        let devices: HashMap<i64, gpus::Model> = gpus::Entity::find()
             .filter(gpus::Column::Id.is_in(held.iter().map(|h| h.gpu_id)))
             .all(&services.db)
             .await
             .context("loading gpus")?
             .into_iter()
             .map(|g| (g.id, g))
-            .collect()
+            .collect();
+        (held, devices)
     };
     for rental in attaching {
         let mut mine: Vec<&gpus::Model> =
