@@ -3,13 +3,15 @@
 //! The agent authenticates with its host credential (`Authorization: Bearer cph_...`) before
 //! the upgrade, then says hello with its protocol version and host id; the server refuses
 //! other protocol majors and a host id that is not the credential's. After that it stores
-//! inventories and heartbeats through `cardpool_service::hosts`. The credential is checked
-//! again every heartbeat interval, so a revoked host is cut off within seconds.
+//! inventories and heartbeats through `cardpool_service::hosts`. Every heartbeat checks that
+//! the host is not revoked (and the credential is checked again when heartbeats stop), so a
+//! revoked host is cut off within seconds.
 //!
 //! Rentals: the connection sends the agent what `rentals::commands_for_host` says it must do
 //! (attach, preemption notice, detach, carve a MIG layout) on connect, whenever the service signals a change on
-//! this host, and in answer to every heartbeat (which lists what the agent runs); the agent's workload reports drive the rental's
-//! state machine through `rentals::record_workload_status`.
+//! this host, and in answer to every heartbeat (which lists what the agent runs; heartbeats are
+//! recorded in batches by `hosts::heartbeat`, the connection reading on meanwhile); the agent's
+//! workload reports drive the rental's state machine through `rentals::record_workload_status`.
 //!
 //! SSH: channels of the SSH gateway (`crate::ssh`) travel over the same socket, control as
 //! JSON and bytes as binary frames, through `cardpool_service::tunnels`.
@@ -225,6 +227,10 @@ async fn serve_connected(
     recheck.tick().await;
     // Telemetry waiting for its flush; each is acknowledged when stored.
     let mut acks: FuturesUnordered<BoxFuture<'static, Result<ServerMessage, AppError>>> = FuturesUnordered::new();
+    // Heartbeats waiting for their batch (see `hosts::heartbeat`), and when one last counted.
+    let mut beats: FuturesUnordered<BoxFuture<'static, Result<hosts::HeartbeatAnswer, AppError>>> =
+        FuturesUnordered::new();
+    let mut verified = tokio::time::Instant::now();
     loop {
         let to_agent = async {
             match tunnels.as_mut() {
@@ -290,31 +296,9 @@ async fn serve_connected(
                 let result = match message {
                     Ok(AgentMessage::Inventory(inventory)) => hosts::record_inventory(services, host, &inventory).await,
                     Ok(AgentMessage::Heartbeat { rentals: running, .. }) => {
-                        let mut beat = match hosts::record_connection_heartbeat(services, host, connection).await {
-                            Ok(true) => Ok(()),
-                            Ok(false) => {
-                                refuse(tx, TAKEN_OVER).await;
-                                break;
-                            }
-                            Err(AppError::Unauthorized) => {
-                                refuse(tx, REVOKED).await;
-                                break;
-                            }
-                            Err(err) => Err(err),
-                        };
-                        if beat.is_ok() && reconciles {
-                            match rentals::answer_heartbeat(services, host.id, &running).await {
-                                Ok(commands) => {
-                                    if !send_all(tx, &commands).await {
-                                        break;
-                                    }
-                                }
-                                Err(err) => beat = Err(err),
-                            }
-                        } else if beat.is_ok() && !send_commands(services, tx, host.id, Some(&running)).await {
-                            break;
-                        }
-                        beat
+                        let beat = hosts::Beat { host_id: host.id, connection: connection.to_owned(), running, reconciles };
+                        beats.push(Box::pin(hosts::heartbeat(services, beat)));
+                        Ok(())
                     }
                     Ok(AgentMessage::RentalStatus { rental_id, status }) => {
                         rentals::record_workload_status(services, host.id, rental_id, &status).await
@@ -351,23 +335,36 @@ async fn serve_connected(
                     Ok(AgentMessage::Hello { .. }) => Err(AppError::invalid_field("type", "hello was already received")),
                     Err(message) => Err(AppError::invalid_field("message", message)),
                 };
-                if let Err(AppError::Internal) = result {
-                    // Our failure, already logged: drop the connection so the agent retries.
+                if let Err(err) = result
+                    && !refused(tx, host.id, err).await
+                {
                     break;
                 }
-                if let Err(err) = result {
-                    // The agent's one message is refused; the connection (and its rentals) go on.
-                    let message = match &err {
-                        AppError::Validation { fields, message } => fields.values().next().cloned().unwrap_or_else(|| message.clone()),
-                        other => other.to_string(),
-                    };
-                    tracing::info!(host.id = host.id, %message, "agent message not accepted");
-                    if !send(tx, &ServerMessage::Error { message }).await {
+            }
+            Some(answer) = beats.next(), if !beats.is_empty() => match answer {
+                Ok(hosts::HeartbeatAnswer::Commands(commands)) => {
+                    verified = tokio::time::Instant::now();
+                    if !send_all(tx, &commands).await {
                         break;
                     }
                 }
-            }
-            _ = recheck.tick() => {
+                Ok(hosts::HeartbeatAnswer::TakenOver) => {
+                    refuse(tx, TAKEN_OVER).await;
+                    break;
+                }
+                Ok(hosts::HeartbeatAnswer::Revoked) => {
+                    refuse(tx, REVOKED).await;
+                    break;
+                }
+                Err(err) => {
+                    if !refused(tx, host.id, err).await {
+                        break;
+                    }
+                }
+            },
+            // A counted heartbeat has checked the credential; an agent silent that long is
+            // checked here instead.
+            _ = recheck.tick(), if verified.elapsed() >= options.heartbeat_interval => {
                 if hosts::authenticate_host(services, credential).await.is_err() {
                     refuse(tx, REVOKED).await;
                     break;
@@ -375,6 +372,21 @@ async fn serve_connected(
             }
         }
     }
+}
+
+/// Tells the agent why its message was not accepted; false when the connection must end (our
+/// own failure, already logged: the agent reconnects and retries; or the socket is gone). The
+/// connection and its rentals go on otherwise.
+async fn refused(tx: &mut Sender, host_id: i64, err: AppError) -> bool {
+    if err == AppError::Internal {
+        return false;
+    }
+    let message = match &err {
+        AppError::Validation { fields, message } => fields.values().next().cloned().unwrap_or_else(|| message.clone()),
+        other => other.to_string(),
+    };
+    tracing::info!(host.id = host_id, %message, "agent message not accepted");
+    send(tx, &ServerMessage::Error { message }).await
 }
 
 /// Messages the server only passes on in memory (an SSH channel's control, a log chunk).

@@ -124,6 +124,8 @@ pub struct Services {
     /// Reads of workload logs, relayed to the hosts' agents.
     pub logs: Arc<logs::LogRelay>,
     pub tunnels: Arc<tunnels::TunnelHub>,
+    /// Agents' heartbeats waiting to be recorded together (see `hosts::heartbeat`).
+    pub heartbeats: Arc<hosts::Heartbeats>,
     /// Each host's one live agent connection (a newer one ends the older).
     pub connections: Arc<agent_links::AgentConnections>,
     /// Committed changes to the offer stock (see `stock`).
@@ -155,6 +157,7 @@ impl Services {
             telemetry: Arc::default(),
             logs: Arc::default(),
             tunnels: Arc::default(),
+            heartbeats: Arc::default(),
             connections: Arc::default(),
             stock_version: Arc::default(),
             stopping: Arc::default(),

@@ -19,6 +19,7 @@ use cardpool_domain::offers::MAX_MIG_PROFILE_LEN;
 use cardpool_protocol::{GpuInfo, MigProfile, ServerMessage, mig};
 use chrono::Utc;
 use sea_orm::{ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, QueryFilter, QuerySelect, sea_query::Expr};
+use std::collections::HashMap;
 
 /// A GPU whose layout change is pending.
 pub const RECONFIGURING: &str = "reconfiguring";
@@ -159,21 +160,31 @@ pub async fn record_layout_failure(
 
 /// The layouts the host's agent must carve now, one command per pending GPU.
 pub(crate) async fn layout_commands(conn: &impl ConnectionTrait, host_id: i64) -> AppResult<Vec<ServerMessage>> {
+    Ok(layout_commands_of(conn, &[host_id]).await?.remove(&host_id).unwrap_or_default())
+}
+
+/// [`layout_commands`] of many hosts in one query (heartbeats come in batches).
+pub(crate) async fn layout_commands_of(
+    conn: &impl ConnectionTrait,
+    host_ids: &[i64],
+) -> AppResult<HashMap<i64, Vec<ServerMessage>>> {
     let pending = gpus::Entity::find()
-        .filter(gpus::Column::HostId.eq(host_id))
+        .filter(gpus::Column::HostId.is_in(host_ids.iter().copied()))
         .filter(gpus::Column::ParentId.is_null())
         .filter(gpus::Column::MigLayoutWanted.is_not_null())
         .filter(gpus::Column::State.ne("missing"))
         .all(conn)
         .await
         .context("loading pending layouts")?;
-    Ok(pending
-        .into_iter()
-        .filter_map(|gpu| {
-            let profiles = serde_json::from_str(gpu.mig_layout_wanted.as_deref()?).ok()?;
-            Some(ServerMessage::ApplyMigLayout { gpu_index: u32::try_from(gpu.device_index).ok()?, profiles })
-        })
-        .collect())
+    let mut commands: HashMap<i64, Vec<ServerMessage>> = HashMap::new();
+    for gpu in pending {
+        let Some(profiles) = gpu.mig_layout_wanted.as_deref().and_then(|w| serde_json::from_str(w).ok()) else {
+            continue;
+        };
+        let Ok(gpu_index) = u32::try_from(gpu.device_index) else { continue };
+        commands.entry(gpu.host_id).or_default().push(ServerMessage::ApplyMigLayout { gpu_index, profiles });
+    }
+    Ok(commands)
 }
 
 /// Puts the GPU's slices still in the inventory (not `missing`) into `state`.

@@ -7,7 +7,11 @@ use super::record_event;
 use crate::{AppError, AppResult, Services, db::DbResultExt, entities::hosts};
 use cardpool_domain::{host::HostStatus, telemetry::AlertKind};
 use chrono::{Duration, Utc};
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, sea_query::Expr};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter,
+    sea_query::{Expr, Query},
+};
+use std::collections::HashSet;
 
 /// Which connection a heartbeat comes through.
 #[derive(Debug, Clone, Copy)]
@@ -38,20 +42,39 @@ pub async fn connect_host(services: &Services, host: &hosts::Model, connection: 
 /// A heartbeat through agent connection `connection`. `false` (and nothing recorded) when
 /// another connection has taken the host over since: this one should end. `Unauthorized` when
 /// the host has been revoked.
-pub async fn record_connection_heartbeat(
-    services: &Services,
-    host: &hosts::Model,
-    connection: &str,
-) -> AppResult<bool> {
-    if heard_from(services, host.id, Through::Owner(connection)).await? {
+pub async fn record_connection_heartbeat(services: &Services, host_id: i64, connection: &str) -> AppResult<bool> {
+    if heard_from(services, host_id, Through::Owner(connection)).await? {
         return Ok(true);
     }
-    let revoked = hosts::Entity::find_by_id(host.id)
+    let revoked = hosts::Entity::find_by_id(host_id)
         .one(&services.db)
         .await
         .context("loading host")?
         .is_none_or(|h| h.revoked_at.is_some());
     if revoked { Err(AppError::Unauthorized) } else { Ok(false) }
+}
+
+/// Heartbeats through many connections, `(host, connection)`, in one statement: the hosts
+/// whose beat counted, i.e. online, not revoked, and still owned by that connection. The rest
+/// (a host coming back online, taken over, revoked) go through [`record_connection_heartbeat`]
+/// one by one. Connection ids are unique to one connection of one host (`bus::connection_id`),
+/// so matching ids and connections as two lists is matching them as pairs.
+pub(super) async fn record_owned_heartbeats(services: &Services, beats: &[(i64, &str)]) -> AppResult<HashSet<i64>> {
+    if beats.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let mut update = Query::update();
+    update
+        .table(hosts::Entity)
+        .value(hosts::Column::LastHeartbeatAt, Utc::now())
+        .and_where(hosts::Column::Id.is_in(beats.iter().map(|(id, _)| *id)))
+        .and_where(hosts::Column::ConnectionId.is_in(beats.iter().map(|(_, connection)| *connection)))
+        .and_where(hosts::Column::RevokedAt.is_null())
+        .and_where(hosts::Column::Status.eq(HostStatus::Online.as_str()))
+        .returning_col(hosts::Column::Id);
+    let _turn = services.writes.turn().await;
+    let rows = services.db.query_all(&update).await.context("recording heartbeats")?;
+    rows.iter().map(|row| row.try_get::<i64>("", "id").context("reading heartbeat rows")).collect()
 }
 
 /// Whether `connection` still owns the host.

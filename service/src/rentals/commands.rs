@@ -23,38 +23,60 @@ pub async fn commands_for_host(
     host_id: i64,
     running_on_agent: Option<&[i64]>,
 ) -> AppResult<Vec<ServerMessage>> {
-    let live = live_here(services, host_id).await?;
-    commands_from(services, host_id, running_on_agent, live).await
+    let live = live_of(services, &[host_id]).await?.remove(&host_id).unwrap_or_default();
+    let layouts = crate::hosts::layout_commands(&services.db, host_id).await?;
+    commands_from(services, running_on_agent, live, layouts).await
 }
 
-/// A heartbeat's answer: rentals whose workload vanished from the agent's list fail
-/// ([`super::reconcile_running`]), then what the agent must do now. The host's live rentals are
-/// read once for both: at thousands of agents heartbeats are most of the gateway's queries.
-pub async fn answer_heartbeat(
+/// Heartbeats' answers, `(host, rentals its agent runs)` each, in order: rentals whose
+/// workload vanished from the agent's list fail ([`super::reconcile_running`]), then what the
+/// agent must do now. Every host's live rentals and pending layouts are read in one query
+/// each for the whole batch: at thousands of agents heartbeats are most of the gateway's work.
+pub(crate) async fn answer_heartbeats(
     services: &Services,
-    host_id: i64,
-    running_on_agent: &[i64],
-) -> AppResult<Vec<ServerMessage>> {
-    let mut live = live_here(services, host_id).await?;
-    let vanished = super::lifecycle::reconcile_loaded(services, host_id, running_on_agent, &live).await?;
-    live.retain(|r| !vanished.contains(&r.id));
-    commands_from(services, host_id, Some(running_on_agent), live).await
+    beats: &[(i64, &[i64])],
+) -> AppResult<Vec<AppResult<Vec<ServerMessage>>>> {
+    if beats.is_empty() {
+        return Ok(Vec::new());
+    }
+    let hosts: Vec<i64> = beats.iter().map(|(host, _)| *host).collect();
+    let live = live_of(services, &hosts).await?;
+    let layouts = crate::hosts::layout_commands_of(&services.db, &hosts).await?;
+    let mut answers = Vec::with_capacity(beats.len());
+    // A host may beat twice in one batch (an old connection's last beat): each answer gets all.
+    for &(host_id, running_on_agent) in beats {
+        let mut here = live.get(&host_id).cloned().unwrap_or_default();
+        let layouts = layouts.get(&host_id).cloned().unwrap_or_default();
+        let answer = async {
+            let vanished = super::lifecycle::reconcile_loaded(services, host_id, running_on_agent, &here).await?;
+            here.retain(|r| !vanished.contains(&r.id));
+            commands_from(services, Some(running_on_agent), here, layouts).await
+        };
+        answers.push(answer.await);
+    }
+    Ok(answers)
 }
 
-async fn live_here(services: &Services, host_id: i64) -> AppResult<Vec<rentals::Model>> {
-    rentals::Entity::find()
-        .filter(rentals::Column::HostId.eq(host_id))
+/// The live rentals of each of `hosts`.
+async fn live_of(services: &Services, hosts: &[i64]) -> AppResult<HashMap<i64, Vec<rentals::Model>>> {
+    let mut live: HashMap<i64, Vec<rentals::Model>> = HashMap::new();
+    for rental in rentals::Entity::find()
+        .filter(rentals::Column::HostId.is_in(hosts.iter().copied()))
         .filter(rentals::Column::State.is_in(names(&LIVE)))
         .all(&services.db)
         .await
-        .context("loading host rentals")
+        .context("loading host rentals")?
+    {
+        live.entry(rental.host_id).or_default().push(rental);
+    }
+    Ok(live)
 }
 
 async fn commands_from(
     services: &Services,
-    host_id: i64,
     running_on_agent: Option<&[i64]>,
     live: Vec<rentals::Model>,
+    layouts: Vec<ServerMessage>,
 ) -> AppResult<Vec<ServerMessage>> {
     let now = Utc::now();
     let notice = Duration::seconds(i64::from(services.settings.rentals.preemption_notice_secs));
@@ -118,7 +140,7 @@ async fn commands_from(
             commands.push(ServerMessage::Detach { rental_id: rental.id });
         }
     }
-    commands.extend(crate::hosts::layout_commands(&services.db, host_id).await?);
+    commands.extend(layouts);
     if let Some(running) = running_on_agent {
         let known: HashSet<i64> = live.iter().map(|r| r.id).collect();
         for id in running.iter().filter(|id| !known.contains(id)) {

@@ -37,7 +37,8 @@ pub use allocation::{FreeGpu, choose_gpus};
 pub use billing::{settle, settle_all};
 pub use booking::book_offer;
 pub use caps::set_rental_limits;
-pub use commands::{answer_heartbeat, commands_for_host};
+pub(crate) use commands::answer_heartbeats;
+pub use commands::commands_for_host;
 pub use gangs::{book_gang, get_gang, list_gangs, replace_member, stop_gang, tend_gangs};
 pub use lifecycle::{
     reconcile_running, record_workload_status, set_notice, stop_rental, stop_renters_rentals, transition,

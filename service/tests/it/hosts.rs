@@ -54,6 +54,7 @@ backend_tests!(
     inventory_upserts_gpus_by_uuid,
     heartbeats_and_silence_drive_liveness_with_recorded_transitions,
     only_the_connection_that_owns_a_host_speaks_for_it,
+    heartbeats_recorded_together_are_each_answered_for_their_host,
     hosts_are_visible_to_their_provider_and_admins_only,
     revoked_hosts_lose_their_credential,
 );
@@ -194,7 +195,7 @@ async fn only_the_connection_that_owns_a_host_speaks_for_it(backend: Backend) {
 
     hosts::connect_host(&services, &host, "replica-b:1").await.unwrap();
     assert_eq!(hosts::get_host(&services, &provider, host.id).await.unwrap().host.status, HostStatus::Online);
-    assert!(hosts::record_connection_heartbeat(&services, &host, "replica-b:1").await.unwrap());
+    assert!(hosts::record_connection_heartbeat(&services, host.id, "replica-b:1").await.unwrap());
     hosts::connect_host(&services, &host, "replica-a:7").await.unwrap();
     assert_eq!(owner().await.as_deref(), Some("replica-a:7"));
     assert!(hosts::owns_connection(&services, host.id, "replica-a:7").await.unwrap());
@@ -202,12 +203,12 @@ async fn only_the_connection_that_owns_a_host_speaks_for_it(backend: Backend) {
 
     let before = hosts::get_host(&services, &provider, host.id).await.unwrap().host.last_heartbeat_at;
     tokio::time::sleep(Duration::from_millis(20)).await;
-    assert!(!hosts::record_connection_heartbeat(&services, &host, "replica-b:1").await.unwrap(), "superseded");
+    assert!(!hosts::record_connection_heartbeat(&services, host.id, "replica-b:1").await.unwrap(), "superseded");
     let after = hosts::get_host(&services, &provider, host.id).await.unwrap().host.last_heartbeat_at;
     assert_eq!(before, after, "the stale connection's heartbeat changed nothing");
     hosts::disconnect_host(&services, host.id, "replica-b:1").await.unwrap();
     assert_eq!(owner().await.as_deref(), Some("replica-a:7"), "a stale disconnect leaves the owner");
-    assert!(hosts::record_connection_heartbeat(&services, &host, "replica-a:7").await.unwrap());
+    assert!(hosts::record_connection_heartbeat(&services, host.id, "replica-a:7").await.unwrap());
     hosts::disconnect_host(&services, host.id, "replica-a:7").await.unwrap();
     assert_eq!(owner().await, None);
     assert_eq!(
@@ -215,6 +216,58 @@ async fn only_the_connection_that_owns_a_host_speaks_for_it(backend: Backend) {
         HostStatus::Online,
         "a closed connection is not an offline host (the grace decides)"
     );
+}
+
+/// Heartbeats of many connections are recorded in one batch, yet each is answered for its own
+/// host: counted ones get their host's commands (a stray workload is detached), an offline
+/// host's owner brings it back online, a superseded connection is told it was taken over, a
+/// revoked host that it was revoked. A host beating twice in the batch gets its answer twice.
+async fn heartbeats_recorded_together_are_each_answered_for_their_host(backend: Backend) {
+    use cardpool_protocol::ServerMessage;
+    use cardpool_service::entities::hosts as host_rows;
+    use hosts::HeartbeatAnswer;
+    use sea_orm::{ActiveModelTrait, ActiveValue::Set, IntoActiveModel};
+
+    let (_db, services) = testing::services(backend, Settings::default()).await;
+    let provider = testing::provider(&services, "p@example.com").await;
+    let mut enrolled_hosts = Vec::new();
+    for (i, name) in ["live", "offline", "superseded", "revoked"].into_iter().enumerate() {
+        let token = hosts::create_enrollment_token(&services, &provider, None, SERVER).await.unwrap();
+        let enrolled = hosts::enroll_host(&services, &token.token, name).await.unwrap();
+        let host = hosts::authenticate_host(&services, &enrolled.credential).await.unwrap();
+        hosts::connect_host(&services, &host, &format!("replica:{i}")).await.unwrap();
+        enrolled_hosts.push(host);
+    }
+    let [live, offline, superseded, revoked] = [0, 1, 2, 3].map(|i| enrolled_hosts[i].id);
+    let row = host_rows::Entity::find_by_id(offline).one(&services.db).await.unwrap().unwrap();
+    let mut row = row.into_active_model();
+    row.status = Set(HostStatus::Offline.as_str().into());
+    row.update(&services.db).await.unwrap();
+    hosts::connect_host(&services, &enrolled_hosts[2], "replica:9").await.unwrap();
+    hosts::revoke_host(&services, &provider, revoked).await.unwrap();
+    let before = hosts::get_host(&services, &provider, live).await.unwrap().host.last_heartbeat_at;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+
+    let beat = |host_id: i64, connection: &str, running: Vec<i64>| {
+        let beat = hosts::Beat { host_id, connection: connection.into(), running, reconciles: true };
+        hosts::heartbeat(&services, beat)
+    };
+    let (first, second, came_back, taken_over, cut_off) = tokio::join!(
+        beat(live, "replica:0", vec![424_242]),
+        beat(live, "replica:0", vec![424_242]),
+        beat(offline, "replica:1", vec![]),
+        beat(superseded, "replica:2", vec![]),
+        beat(revoked, "replica:3", vec![]),
+    );
+    for answer in [first, second] {
+        let Ok(HeartbeatAnswer::Commands(commands)) = answer else { panic!("{answer:?}") };
+        assert_eq!(commands, [ServerMessage::Detach { rental_id: 424_242 }]);
+    }
+    assert!(hosts::get_host(&services, &provider, live).await.unwrap().host.last_heartbeat_at > before);
+    assert!(matches!(came_back, Ok(HeartbeatAnswer::Commands(ref c)) if c.is_empty()), "{came_back:?}");
+    assert_eq!(hosts::get_host(&services, &provider, offline).await.unwrap().host.status, HostStatus::Online);
+    assert!(matches!(taken_over, Ok(HeartbeatAnswer::TakenOver)), "{taken_over:?}");
+    assert!(matches!(cut_off, Ok(HeartbeatAnswer::Revoked)), "{cut_off:?}");
 }
 
 async fn hosts_are_visible_to_their_provider_and_admins_only(backend: Backend) {

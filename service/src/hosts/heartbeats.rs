@@ -1,0 +1,149 @@
+//! Heartbeats in group commit. Every agent heartbeats every few seconds: at 50,000 GPUs that is
+//! over a thousand a second, and one by one (a write, then reads of the host's rentals and
+//! pending layouts) they were most of the gateway's database work, each awaited in its
+//! connection's loop ahead of the telemetry queued behind it.
+//!
+//! So a connection hands its heartbeat to [`Heartbeats`] and goes on reading. Every [`WINDOW`]
+//! the waiting heartbeats are recorded in one statement (ownership and revocation checked per
+//! host, which re-checks the connection's credential too), the live rentals and pending layouts
+//! of all of them are read in one query each, and each connection gets its answer: what its
+//! agent must do, or that it must end. The rare heartbeat the statement does not count (a host
+//! coming back online, taken over, revoked) is recorded on its own, as before.
+
+use super::liveness;
+use crate::{AppError, AppResult, Services, rentals};
+use cardpool_protocol::ServerMessage;
+use std::{future::Future, sync::Mutex, time::Duration};
+use tokio::sync::oneshot;
+
+/// How long heartbeats wait to be recorded together: short beside any heartbeat interval.
+const WINDOW: Duration = Duration::from_millis(50);
+/// Heartbeats recorded by one statement (two bound values each).
+const MAX_BATCH: usize = 2000;
+
+/// One heartbeat, as the agent's connection received it.
+pub struct Beat {
+    pub host_id: i64,
+    /// The connection it came through (`hosts.connection_id` while that connection owns the host).
+    pub connection: String,
+    /// The rentals the agent says it runs.
+    pub running: Vec<i64>,
+    /// Whether the agent reports every status change before the heartbeat that leaves a
+    /// workload out (protocol 1.2 on), so that a workload missing from `running` is really gone.
+    pub reconciles: bool,
+}
+
+/// What a heartbeat's connection must do.
+#[derive(Debug)]
+pub enum HeartbeatAnswer {
+    /// Send these to the agent (nothing, mostly).
+    Commands(Vec<ServerMessage>),
+    /// Another connection owns the host now: end this one.
+    TakenOver,
+    /// The host's credential was revoked: end this connection.
+    Revoked,
+}
+
+type Waiter = (Beat, oneshot::Sender<AppResult<HeartbeatAnswer>>);
+
+/// Heartbeats waiting for the next batch, and whether a task is answering them.
+#[derive(Default)]
+pub struct Heartbeats {
+    waiting: Mutex<Waiting>,
+}
+
+#[derive(Default)]
+struct Waiting {
+    beats: Vec<Waiter>,
+    answering: bool,
+}
+
+impl Heartbeats {
+    fn waiting(&self) -> std::sync::MutexGuard<'_, Waiting> {
+        self.waiting.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Records `beat` with the others of its window; the answer comes when the batch is done.
+pub fn heartbeat(services: &Services, beat: Beat) -> impl Future<Output = AppResult<HeartbeatAnswer>> + Send + 'static {
+    let (answer, answered) = oneshot::channel();
+    let start = {
+        let mut waiting = services.heartbeats.waiting();
+        waiting.beats.push((beat, answer));
+        !std::mem::replace(&mut waiting.answering, true)
+    };
+    if start {
+        tokio::spawn(answer_while_waiting(services.clone()));
+    }
+    // A dropped sender is a batch task that panicked: the connection ends and the agent retries.
+    async move { answered.await.unwrap_or(Err(AppError::Internal)) }
+}
+
+/// Answers batch after batch until none waits (the next heartbeat starts another task).
+async fn answer_while_waiting(services: Services) {
+    let mut backlog = false;
+    loop {
+        if !backlog {
+            tokio::time::sleep(WINDOW).await;
+        }
+        let batch: Vec<Waiter> = {
+            let mut waiting = services.heartbeats.waiting();
+            if waiting.beats.is_empty() {
+                waiting.answering = false;
+                return;
+            }
+            let take = waiting.beats.len().min(MAX_BATCH);
+            let batch = waiting.beats.drain(..take).collect();
+            backlog = !waiting.beats.is_empty();
+            batch
+        };
+        answer(&services, batch).await;
+    }
+}
+
+async fn answer(services: &Services, batch: Vec<Waiter>) {
+    let owned: Vec<(i64, &str)> = batch.iter().map(|(beat, _)| (beat.host_id, beat.connection.as_str())).collect();
+    let counted = match liveness::record_owned_heartbeats(services, &owned).await {
+        Ok(counted) => counted,
+        Err(err) => {
+            for (_, answer) in batch {
+                let _ = answer.send(Err(err.clone()));
+            }
+            return;
+        }
+    };
+    // Those the statement did not count, one by one: which of them count, which must end.
+    let mut heard = Vec::with_capacity(batch.len());
+    for (beat, answer) in batch {
+        if counted.contains(&beat.host_id) {
+            heard.push((beat, answer));
+            continue;
+        }
+        match liveness::record_connection_heartbeat(services, beat.host_id, &beat.connection).await {
+            Ok(true) => heard.push((beat, answer)),
+            Ok(false) => drop(answer.send(Ok(HeartbeatAnswer::TakenOver))),
+            Err(AppError::Unauthorized) => drop(answer.send(Ok(HeartbeatAnswer::Revoked))),
+            Err(err) => drop(answer.send(Err(err))),
+        }
+    }
+    let (reconciling, listing): (Vec<Waiter>, Vec<Waiter>) = heard.into_iter().partition(|(beat, _)| beat.reconciles);
+    let beats: Vec<(i64, &[i64])> =
+        reconciling.iter().map(|(beat, _)| (beat.host_id, beat.running.as_slice())).collect();
+    match rentals::answer_heartbeats(services, &beats).await {
+        Ok(answers) => {
+            for ((_, answer), commands) in reconciling.into_iter().zip(answers) {
+                let _ = answer.send(commands.map(HeartbeatAnswer::Commands));
+            }
+        }
+        Err(err) => {
+            for (_, answer) in reconciling {
+                let _ = answer.send(Err(err.clone()));
+            }
+        }
+    }
+    // Agents before protocol 1.2: what they must do, without failing what they leave out.
+    for (beat, answer) in listing {
+        let commands = rentals::commands_for_host(services, beat.host_id, Some(&beat.running)).await;
+        let _ = answer.send(commands.map(HeartbeatAnswer::Commands));
+    }
+}
