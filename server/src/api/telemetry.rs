@@ -1,13 +1,15 @@
 //! `/api/v1/telemetry`, `/api/v1/fleet`, `/api/v1/alerts`: dashboards' data. The live feed is
-//! Server-Sent Events; each event is a `LiveEvent` as JSON, filtered by the caller's grant, which
+//! Server-Sent Events (a busy feed's events go out in chunks; see [`feed`]); each event is a
+//! `LiveEvent` as JSON, filtered by the caller's grant, which
 //! is re-checked every few seconds together with the caller's sign-in: a rental that ends, a
 //! session that signs out or an API token revoked closes the feed with an `end` event.
 
 use crate::edges::{ApiError, ApiQuery, ApiResult, Caller, PathId, RequestSession};
 use axum::{
     Json,
-    http::StatusCode,
-    response::sse::{Event, KeepAlive, Sse},
+    body::{Body, Bytes},
+    http::{StatusCode, header},
+    response::{IntoResponse, Response},
 };
 use cardpool_app::ssr::AppState;
 use cardpool_domain::{
@@ -19,7 +21,7 @@ use cardpool_service::{Services, alerts, auth::Principal, telemetry};
 use futures_util::Stream;
 use serde::Deserialize;
 use std::{convert::Infallible, time::Duration};
-use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 /// This module's operations, each registered once: its route and its OpenAPI path.
@@ -71,7 +73,7 @@ pub async fn live_telemetry(
     Caller(services, caller): Caller,
     RequestSession(session): RequestSession,
     ApiQuery(query): ApiQuery<ScopeQuery>,
-) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+) -> ApiResult<Response> {
     let grant = telemetry::grant(&services, &caller, query.parse()?).await?;
     if !grant.live {
         return Err(ApiError(AppError::conflict(
@@ -80,9 +82,17 @@ pub async fn live_telemetry(
     }
     let limits = &services.settings.telemetry;
     let slot = services.telemetry.open_feed(caller.user_id, limits.feeds_per_account, limits.feeds)?;
-    let events = super::until_stopping(services.stopping.clone(), feed(services, caller, session.id(), grant, slot));
-    Ok(Sse::new(events).keep_alive(KeepAlive::default()))
+    let chunks = super::until_stopping(services.stopping.clone(), feed(services, caller, session.id(), grant, slot));
+    let headers = [(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache")];
+    Ok((headers, Body::from_stream(chunks)).into_response())
 }
+
+/// How long a busy feed gathers events into one chunk of the response.
+const COALESCE: Duration = Duration::from_millis(25);
+/// A chunk goes out at this size, gathered or not.
+const MAX_CHUNK: usize = 256 * 1024;
+/// A comment goes out after this long without events, so proxies keep the connection.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 struct Feed {
     services: Services,
@@ -91,32 +101,44 @@ struct Feed {
     grant: telemetry::Grant,
     rx: tokio::sync::broadcast::Receiver<std::sync::Arc<telemetry::Published>>,
     recheck: tokio::time::Interval,
+    keep_alive: tokio::time::Interval,
+    /// Whether the last chunk held more than one event: the next one gathers for [`COALESCE`].
+    busy: bool,
     done: bool,
     /// Counts this feed against its account's and the server's limits while it is open.
     _slot: telemetry::FeedSlot,
 }
 
+/// The feed's response body: Server-Sent Events, as many as are ready in one chunk. A fleet
+/// dashboard sees thousands of hosts a second; one chunk (one write, one wake-up of the reader)
+/// per event was most of the server's work at that size, so a busy feed gathers what arrives
+/// within [`COALESCE`] into one chunk, while a quiet one (a renter's rental) sends each at once.
 fn feed(
     services: Services,
     principal: Principal,
     session: Option<tower_sessions::session::Id>,
     grant: telemetry::Grant,
     slot: telemetry::FeedSlot,
-) -> impl Stream<Item = Result<Event, Infallible>> {
+) -> impl Stream<Item = Result<Bytes, Infallible>> {
     let rx = services.telemetry.subscribe();
     let mut recheck = tokio::time::interval(RECHECK);
     recheck.reset();
-    let start = Feed { services, principal, session, grant, rx, recheck, done: false, _slot: slot };
+    let mut keep_alive = tokio::time::interval(KEEP_ALIVE);
+    keep_alive.reset();
+    let start =
+        Feed { services, principal, session, grant, rx, recheck, keep_alive, busy: false, done: false, _slot: slot };
     futures_util::stream::unfold(start, |mut feed| async move {
         if feed.done {
             return None;
         }
+        let mut chunk = String::new();
         loop {
             tokio::select! {
                 received = feed.rx.recv() => match received {
                     Ok(published) => {
                         if let Some(json) = feed.grant.admit(&published) {
-                            return Some((Ok(Event::default().data(json)), feed));
+                            push_event(&mut chunk, &json);
+                            break;
                         }
                     }
                     // A slow reader skips what it missed; the next sample is complete on its own.
@@ -127,15 +149,50 @@ fn feed(
                     if let Some(reason) = feed.recheck().await {
                         feed.done = true;
                         let json = serde_json::to_string(&LiveEvent::End { reason }).unwrap_or_default();
-                        return Some((Ok(Event::default().data(json)), feed));
+                        push_event(&mut chunk, &json);
+                        return Some((Ok(chunk.into()), feed));
                     }
                 }
+                _ = feed.keep_alive.tick() => return Some((Ok(Bytes::from_static(b":\n\n")), feed)),
             }
         }
+        let mut events = 1 + feed.gather(&mut chunk);
+        if feed.busy && chunk.len() < MAX_CHUNK {
+            tokio::time::sleep(COALESCE).await;
+            events += feed.gather(&mut chunk);
+        }
+        feed.busy = events > 1;
+        feed.keep_alive.reset();
+        Some((Ok(chunk.into()), feed))
     })
 }
 
+/// Appends one event whose data is `json` (one line: JSON as serde writes it has no newlines).
+fn push_event(chunk: &mut String, json: &str) {
+    chunk.push_str("data: ");
+    chunk.push_str(json);
+    chunk.push_str("\n\n");
+}
+
 impl Feed {
+    /// Appends what the feed may see of the frames already waiting, up to [`MAX_CHUNK`]; how many.
+    fn gather(&mut self, chunk: &mut String) -> usize {
+        let mut events = 0;
+        while chunk.len() < MAX_CHUNK {
+            match self.rx.try_recv() {
+                Ok(published) => {
+                    if let Some(json) = self.grant.admit(&published) {
+                        push_event(chunk, &json);
+                        events += 1;
+                    }
+                }
+                Err(TryRecvError::Lagged(_)) => {}
+                Err(TryRecvError::Empty | TryRecvError::Closed) => break,
+            }
+        }
+        events
+    }
+
     /// Re-checks the caller's sign-in and grant; why the feed must end, if it must.
     async fn recheck(&mut self) -> Option<String> {
         match telemetry::recheck(&self.services, &self.principal, self.session, self.grant.scope).await {
