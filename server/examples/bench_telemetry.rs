@@ -292,6 +292,22 @@ async fn wait_until_streaming(hub: &cardpool_service::telemetry::Hub, agents: us
     }
 }
 
+/// Waits until the server has every agent's frame of the last two seconds: what queued while
+/// thousands of agents reconnected at once has drained, and what follows is the steady state.
+async fn wait_until_current(hub: &cardpool_service::telemetry::Hub, agents: usize) {
+    let started = Instant::now();
+    loop {
+        let recent = now_ms() - 2000;
+        let current = hub.latest().values().filter(|f| f.at_ms >= recent).count();
+        if current >= agents {
+            println!("  caught up with every agent after {:.1} s more", started.elapsed().as_secs_f64());
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(300), "only {current} of {agents} agents current");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 /// The reader process of measurement 3: opens `count` feeds of `url`, says how many opened,
 /// and reads them until killed.
 async fn read_feeds(count: usize, url: &str, token: &str) {
@@ -417,8 +433,9 @@ async fn main() {
         tokio::time::sleep(Duration::from_secs(2)).await;
         let swapped = now_ms();
         let fleet = AgentProcess::start(&states_file, 1000);
-        // The replay of what piled up while the agents were swapped has to drain first.
+        // What piled up while the agents were swapped (and reconnected) has to drain first.
         wait_until_streaming(&hub, agents, swapped).await;
+        wait_until_current(&hub, agents).await;
         tokio::time::sleep(Duration::from_secs(5)).await;
         let (samples0, started) = (stored(), Instant::now());
         let cpu = CpuShare::start(&fleet);
