@@ -15,7 +15,8 @@
 //! 3. Memory per dashboard: the server's resident memory before and after `BENCH_IDLE_DASHBOARDS`
 //!    (200) more fleet feeds are opened at that load (by a second process, so that only the
 //!    server's side is counted), divided by their number.
-//!    Agents heartbeat every `BENCH_HEARTBEAT_SECS` (the server's default, 5).
+//!    Agents heartbeat every `BENCH_HEARTBEAT_SECS` (the server's default, 5); the server
+//!    writes telemetry every `BENCH_FLUSH_MS` (its default, 2,000).
 //! 4. The real `cardpool-agent` binary (target/release) at 1 Hz with 8 simulated GPUs for
 //!    `BENCH_AGENT_SECONDS` (30): its CPU time and resident memory from /proc.
 //!
@@ -280,30 +281,28 @@ where
 /// agents started (each probes its sandbox once, which costs far more than sampling) and are
 /// streaming, so what is measured next is the steady state.
 async fn wait_until_streaming(hub: &cardpool_service::telemetry::Hub, agents: usize, since_ms: i64) {
-    let started = Instant::now();
-    loop {
-        let streaming = hub.latest().values().filter(|f| f.at_ms >= since_ms).count();
-        if streaming >= agents {
-            println!("  all {agents} agents streaming after {:.1} s", started.elapsed().as_secs_f64());
-            return;
-        }
-        assert!(started.elapsed() < Duration::from_secs(300), "only {streaming} of {agents} agents streaming");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    wait_for_frames(hub, agents, "agents streaming", || since_ms).await;
 }
 
 /// Waits until the server has every agent's frame of the last two seconds: what queued while
 /// thousands of agents reconnected at once has drained, and what follows is the steady state.
 async fn wait_until_current(hub: &cardpool_service::telemetry::Hub, agents: usize) {
+    wait_for_frames(hub, agents, "agents current (what queued while they reconnected drained)", || now_ms() - 2000)
+        .await;
+}
+
+/// Waits until every one of `agents` hosts' newest frame at the server was sampled at
+/// `since()` or later, and says how long that took.
+async fn wait_for_frames(hub: &cardpool_service::telemetry::Hub, agents: usize, what: &str, since: impl Fn() -> i64) {
     let started = Instant::now();
     loop {
-        let recent = now_ms() - 2000;
-        let current = hub.latest().values().filter(|f| f.at_ms >= recent).count();
-        if current >= agents {
-            println!("  caught up with every agent after {:.1} s more", started.elapsed().as_secs_f64());
+        let since_ms = since();
+        let fresh = hub.latest().values().filter(|f| f.at_ms >= since_ms).count();
+        if fresh >= agents {
+            println!("  all {agents} {what} after {:.1} s", started.elapsed().as_secs_f64());
             return;
         }
-        assert!(started.elapsed() < Duration::from_secs(300), "only {current} of {agents} agents current");
+        assert!(started.elapsed() < Duration::from_secs(300), "only {fresh} of {agents} {what}");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
@@ -353,6 +352,9 @@ async fn main() {
         // One admin watches from every dashboard: past the default 16 feeds per account.
         let mut settings = Settings::default();
         settings.telemetry.feeds_per_account = dashboards + idle_dashboards;
+        if let Some(ms) = std::env::var("BENCH_FLUSH_MS").ok().and_then(|v| v.parse().ok()) {
+            settings.telemetry.flush_interval = Duration::from_millis(ms);
+        }
         let (_db, services) = testing::services(backend, settings).await;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
