@@ -88,9 +88,13 @@ e2e() {
     # Printed last, so the end of a failed run's output says which test failed and why: first
     # the servers' logs around it, then Playwright's summary of the failures.
     for log in $logs; do
-      say "Playwright failed on $backend; $log ends:"
+      say "Playwright failed on $backend; $log's last warnings and errors:"
+      grep -aE ' (WARN|ERROR)([^A-Za-z]|$)' "$log" | tail -n 40 || true
+      say "$log ends:"
       tail -n 30 "$log"
     done
+    # What the failed tests' live rentals had been through (support.ts prints it).
+    grep -a -A8 'after the failure: rental .* on host' "$report" | head -n 80 || true
     say "Playwright's failures on $backend (all of its output: $report):"
     # Each failure's title and the first lines of its error; then the counts.
     awk '/^  [0-9]+\) /{n=8} n>0 && NF {print; n--} /^  [0-9]+ (failed|flaky|did not run|passed)/' "$report"

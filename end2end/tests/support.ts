@@ -79,6 +79,13 @@ export function endRentalsAfterFailure() {
     if (!list.ok()) return;
     for (const rental of await list.json()) {
       if (["requested", "provisioning", "running"].includes(rental.state)) {
+        // Where it stood, for the failure's reader: its timeline and host.
+        const detail = await page.request.get(`/api/v1/rentals/${rental.id}`);
+        if (detail.ok()) {
+          const { events } = await detail.json();
+          const timeline = events.map((e: any) => `${e.at} ${e.state}: ${e.reason}`).join("\n  ");
+          console.log(`after the failure: rental ${rental.id} on host ${rental.host_id} (${rental.state}):\n  ${timeline}`);
+        }
         const stop = await page.request.post(`/api/v1/rentals/${rental.id}/stop`, { headers: { origin } });
         console.log(`after the failure: rental ${rental.id} (${rental.state}) stopped: HTTP ${stop.status()}`);
       }

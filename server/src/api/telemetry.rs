@@ -136,8 +136,7 @@ fn feed(
             tokio::select! {
                 received = feed.rx.recv() => match received {
                     Ok(published) => {
-                        if let Some(json) = feed.grant.admit(&published) {
-                            push_event(&mut chunk, &json);
+                        if feed.add(&published, &mut chunk) {
                             break;
                         }
                     }
@@ -175,17 +174,21 @@ fn push_event(chunk: &mut String, json: &str) {
 }
 
 impl Feed {
+    /// Appends `published` if the feed may see it; whether it did.
+    fn add(&self, published: &telemetry::Published, chunk: &mut String) -> bool {
+        let json = self.grant.admit(published);
+        if let Some(json) = &json {
+            push_event(chunk, json);
+        }
+        json.is_some()
+    }
+
     /// Appends what the feed may see of the frames already waiting, up to [`MAX_CHUNK`]; how many.
     fn gather(&mut self, chunk: &mut String) -> usize {
         let mut events = 0;
         while chunk.len() < MAX_CHUNK {
             match self.rx.try_recv() {
-                Ok(published) => {
-                    if let Some(json) = self.grant.admit(&published) {
-                        push_event(chunk, &json);
-                        events += 1;
-                    }
-                }
+                Ok(published) => events += usize::from(self.add(&published, chunk)),
                 Err(TryRecvError::Lagged(_)) => {}
                 Err(TryRecvError::Empty | TryRecvError::Closed) => break,
             }

@@ -141,9 +141,11 @@ async fn answer(services: &Services, batch: Vec<Waiter>) {
             }
         }
     }
-    // Agents before protocol 1.2: what they must do, without failing what they leave out.
+    // Agents before protocol 1.2: what they must do, without failing what they leave out. A
+    // failed read (logged) sends nothing this time and keeps the connection, as it always did:
+    // the next heartbeat asks again.
     for (beat, answer) in listing {
         let commands = rentals::commands_for_host(services, beat.host_id, Some(&beat.running)).await;
-        let _ = answer.send(commands.map(HeartbeatAnswer::Commands));
+        let _ = answer.send(Ok(HeartbeatAnswer::Commands(commands.unwrap_or_default())));
     }
 }

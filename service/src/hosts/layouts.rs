@@ -5,7 +5,7 @@
 //! GPU or a slice of it now or later, and only one that fits by the rule the agent keeps
 //! ([`cardpool_protocol::mig::check_layout`]). The layout is then pending: the GPU and its
 //! slices are `reconfiguring`, off the market, and the agent is told to carve it
-//! ([`layout_commands`], repeated like every command) until its inventory shows the layout
+//! ([`layout_commands_of`], repeated like every command) until its inventory shows the layout
 //! ([`settle`]) or it says why it could not ([`record_layout_failure`], kept for the provider
 //! to read). Asking for the layout the GPU already has cancels a pending one.
 
@@ -158,12 +158,8 @@ pub async fn record_layout_failure(
     Ok(())
 }
 
-/// The layouts the host's agent must carve now, one command per pending GPU.
-pub(crate) async fn layout_commands(conn: &impl ConnectionTrait, host_id: i64) -> AppResult<Vec<ServerMessage>> {
-    Ok(layout_commands_of(conn, &[host_id]).await?.remove(&host_id).unwrap_or_default())
-}
-
-/// [`layout_commands`] of many hosts in one query (heartbeats come in batches).
+/// The layouts each of `host_ids`' agents must carve now, one command per pending GPU, in one
+/// query (heartbeats come in batches).
 pub(crate) async fn layout_commands_of(
     conn: &impl ConnectionTrait,
     host_ids: &[i64],

@@ -15,7 +15,7 @@ mod units;
 pub(crate) use fabric::declared as declared_fabric;
 pub use fabric::{fabric_view, links, set_host_fabric};
 pub use heartbeats::{Beat, HeartbeatAnswer, Heartbeats, heartbeat};
-pub(crate) use layouts::{layout_commands, layout_commands_of};
+pub(crate) use layouts::layout_commands_of;
 pub use layouts::{record_layout_failure, set_mig_layout};
 pub use liveness::{
     connect_host, disconnect_host, is_connected_anywhere, mark_silent_hosts_offline, owns_connection,

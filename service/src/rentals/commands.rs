@@ -24,7 +24,8 @@ pub async fn commands_for_host(
     running_on_agent: Option<&[i64]>,
 ) -> AppResult<Vec<ServerMessage>> {
     let live = live_of(services, &[host_id]).await?.remove(&host_id).unwrap_or_default();
-    let layouts = crate::hosts::layout_commands(&services.db, host_id).await?;
+    let layouts =
+        crate::hosts::layout_commands_of(&services.db, &[host_id]).await?.remove(&host_id).unwrap_or_default();
     commands_from(services, running_on_agent, live, layouts).await
 }
 
