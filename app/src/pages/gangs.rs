@@ -17,6 +17,7 @@ use crate::{
     server_fns::gangs::{BookGang, ReplaceGangMember, StopGang, get_gang, list_gangs},
 };
 use cardpool_domain::{
+    AppError,
     account::Viewer,
     gangs::{Gang, GangState, OnMemberLoss},
     offers::RentalKind,
@@ -185,18 +186,23 @@ pub fn GangsSection() -> impl IntoView {
 
 #[component]
 pub fn GangPage() -> impl IntoView {
-    view! {
-        <Title text="Gang" />
-        <RequireSignIn children=|_me: Viewer| view! { <GangView /> } />
-    }
-}
-
-#[component]
-fn GangView() -> impl IntoView {
+    // The gang's resource is made here, before the sign-in's `Suspense`, so the server and the
+    // browser make it at the same point of their first render. Made inside the suspended view,
+    // its streamed data could come late for the hydration under load: a panic on mismatched
+    // markers, after which the page no longer polled and showed "Starting" for good (seen once
+    // in CI, on the cluster; `AdminAccount` has the same story).
     let params = use_params_map();
     let id = move || params.with(|p| p.get("id").and_then(|id| id.parse::<i64>().ok()).unwrap_or(0));
     let tick = RwSignal::new(0u32);
     let gang = Resource::new(move || (id(), tick.get()), |(id, _)| get_gang(id));
+    view! {
+        <Title text="Gang" />
+        <RequireSignIn children=move |_me: Viewer| view! { <GangView gang tick /> } />
+    }
+}
+
+#[component]
+fn GangView(gang: Resource<Result<Gang, AppError>>, tick: RwSignal<u32>) -> impl IntoView {
     poll(
         tick,
         std::time::Duration::from_millis(2000),

@@ -129,21 +129,16 @@ async fn answer(services: &Services, batch: Vec<Waiter>) {
     let (reconciling, listing): (Vec<Waiter>, Vec<Waiter>) = heard.into_iter().partition(|(beat, _)| beat.reconciles);
     let beats: Vec<(i64, &[i64])> =
         reconciling.iter().map(|(beat, _)| (beat.host_id, beat.running.as_slice())).collect();
-    match rentals::answer_heartbeats(services, &beats).await {
-        Ok(answers) => {
-            for ((_, answer), commands) in reconciling.into_iter().zip(answers) {
-                let _ = answer.send(commands.map(HeartbeatAnswer::Commands));
-            }
-        }
-        Err(err) => {
-            for (_, answer) in reconciling {
-                let _ = answer.send(Err(err.clone()));
-            }
-        }
+    // Every heartbeat here is recorded. One whose answer cannot be worked out (the failure is
+    // logged) gets nothing this time and keeps its connection: commands are derived from the
+    // database afresh each time, so the next heartbeat asks again, and a failure of the
+    // batch's shared reads does not end every connection in it.
+    let mut answers = rentals::answer_heartbeats(services, &beats).await.unwrap_or_default().into_iter();
+    for (_, answer) in reconciling {
+        let commands = answers.next().and_then(Result::ok).unwrap_or_default();
+        let _ = answer.send(Ok(HeartbeatAnswer::Commands(commands)));
     }
-    // Agents before protocol 1.2: what they must do, without failing what they leave out. A
-    // failed read (logged) sends nothing this time and keeps the connection, as it always did:
-    // the next heartbeat asks again.
+    // Agents before protocol 1.2: what they must do, without failing what they leave out.
     for (beat, answer) in listing {
         let commands = rentals::commands_for_host(services, beat.host_id, Some(&beat.running)).await;
         let _ = answer.send(Ok(HeartbeatAnswer::Commands(commands.unwrap_or_default())));
