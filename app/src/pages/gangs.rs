@@ -186,11 +186,14 @@ pub fn GangsSection() -> impl IntoView {
 
 #[component]
 pub fn GangPage() -> impl IntoView {
-    // The gang's resource is made here, before the sign-in's `Suspense`, so the server and the
-    // browser make it at the same point of their first render. Made inside the suspended view,
-    // its streamed data could come late for the hydration under load: a panic on mismatched
-    // markers, after which the page no longer polled and showed "Starting" for good (seen once
-    // in CI, on the cluster; `AdminAccount` has the same story).
+    // The gang's resource is made here, before the sign-in's `Suspense`: in the first,
+    // synchronous render, where the browser reads what the server streamed for it. A resource
+    // made once hydration is over reads nothing streamed (leptos_server's `initial_value`) and
+    // fetches afresh; a gang that moved on meanwhile (starting to running, just after booking)
+    // then no longer matches the server's markup, hydration panics, and the page stops polling.
+    // Seen once in CI: this page stuck on "Starting". (This reading of leptos_server is not
+    // confirmed by a reproduction.) Side effect: the server renders this page for a visitor who
+    // is not signed in with the fetch's 401 status, around the sign-in prompt.
     let params = use_params_map();
     let id = move || params.with(|p| p.get("id").and_then(|id| id.parse::<i64>().ok()).unwrap_or(0));
     let tick = RwSignal::new(0u32);
