@@ -5,10 +5,12 @@ use super::{
     form::{Field, FormAlert, SubmitButton, field_error, form_error},
     kit::Await,
     money::dollars,
+    session::{Audience, account_resource},
 };
 use crate::server_fns::notifications::{SetLimits, SetRentalLimits, get_limits};
 use cardpool_domain::{
-    limits::{RentalLimits, WARN_AT_PERCENT},
+    AppError,
+    limits::{RentalLimits, SpendStatus, WARN_AT_PERCENT},
     money::format_dollars,
 };
 use chrono::{DateTime, Utc};
@@ -52,12 +54,27 @@ fn Usage(
     }
 }
 
+/// What the wallet's limits panel loads and sends, made where the page starts (see
+/// `session`'s module doc).
+#[derive(Clone, Copy)]
+pub struct SpendLimits {
+    set: ServerAction<SetLimits>,
+    status: Resource<Result<SpendStatus, AppError>>,
+}
+
+impl SpendLimits {
+    pub fn load() -> Self {
+        let set = ServerAction::<SetLimits>::new();
+        let status = account_resource(Audience::Accounts, move || set.version().get(), |_| get_limits());
+        Self { set, status }
+    }
+}
+
 /// The wallet page's limits: use so far and the form that sets them.
 #[component]
-pub fn SpendLimitsPanel() -> impl IntoView {
-    let set = ServerAction::<SetLimits>::new();
+pub fn SpendLimitsPanel(limits: SpendLimits) -> impl IntoView {
+    let SpendLimits { set, status } = limits;
     let value = set.value();
-    let status = Resource::new(move || set.version().get(), |_| get_limits());
     let current = |micros: Option<i64>| micros.map(format_dollars).unwrap_or_default();
     view! {
         <section class="card" aria-labelledby="limits">

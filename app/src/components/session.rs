@@ -1,9 +1,22 @@
 //! The current account, loaded once per page and shared through context so the navigation
-//! and every page agree on who is signed in.
+//! and every page agree on who is signed in; and the resources of the pages that need one.
+//!
+//! A signed-in page makes its resources with [`account_resource`] where the page starts, and
+//! hands them to what it renders inside [`RequireSignIn`]. Made inside `RequireSignIn` (inside
+//! any `Suspense`), a resource is made again each time the server walks that boundary's
+//! children to find what they load (Leptos's `dry_resolve`, one to three times depending on
+//! timing), each time under a new serialisation id and with a fetch of its own. The browser
+//! makes it once, reads the value of the server's *first* copy, and hydrates it against the
+//! markup of the *last*: when the rental or gang moved on in between (Starting, then Running)
+//! hydration panicked and the page stopped polling (a browser test about one full run in
+//! three under load). Made in the page's first, synchronous render, a resource is made once on
+//! either side, under the same id.
 
 use crate::server_fns::accounts::get_me;
 use cardpool_domain::{AppError, account::Viewer};
 use leptos::prelude::*;
+use serde::{Serialize, de::DeserializeOwned};
+use std::{future::Future, sync::Arc};
 
 /// `Ok(None)` for a visitor.
 #[derive(Clone, Copy)]
@@ -20,6 +33,57 @@ pub fn provide_current_user() {
 
 pub fn use_current_user() -> CurrentUser {
     expect_context::<CurrentUser>()
+}
+
+/// Whose data a page loads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Audience {
+    /// Any signed-in account.
+    Accounts,
+    /// Accounts with provider features on.
+    Providers,
+    /// Providers, and admins, who see every host.
+    ProvidersAndAdmins,
+    /// Admins only.
+    Admins,
+}
+
+impl Audience {
+    fn admits(self, me: &Viewer) -> bool {
+        match self {
+            Audience::Accounts => true,
+            Audience::Providers => me.roles.provider,
+            Audience::ProvidersAndAdmins => me.roles.provider || me.roles.admin,
+            Audience::Admins => me.roles.admin,
+        }
+    }
+}
+
+/// A signed-in page's resource, made where the page starts (see the module doc). It waits for
+/// the current account and fetches only for the `audience`: a visitor gets `Unauthorized`
+/// without a call to the server, so a signed-out page keeps its 200 and its sign-in prompt.
+pub fn account_resource<S, T, Fut>(
+    audience: Audience,
+    source: impl Fn() -> S + Send + Sync + 'static,
+    fetcher: impl Fn(S) -> Fut + Send + Sync + 'static,
+) -> Resource<Result<T, AppError>>
+where
+    S: PartialEq + Clone + Send + Sync + 'static,
+    T: Serialize + DeserializeOwned + Send + Sync + 'static,
+    Fut: Future<Output = Result<T, AppError>> + Send + 'static,
+{
+    let user = use_current_user();
+    let fetcher = Arc::new(fetcher);
+    Resource::new(source, move |key| {
+        let fetcher = Arc::clone(&fetcher);
+        async move {
+            match user.0.await? {
+                Some(me) if audience.admits(&me) => fetcher(key).await,
+                Some(_) => Err(AppError::forbidden("not for this account")),
+                None => Err(AppError::Unauthorized),
+            }
+        }
+    })
 }
 
 /// Full page load of `path`: after signing in or out every part of the page must re-read the

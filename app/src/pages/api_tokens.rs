@@ -4,27 +4,38 @@ use crate::{
     components::{
         form::{Field, FormAlert, SubmitButton, field_error, form_error},
         kit::{AwaitList, Col, DataTable},
-        session::RequireSignIn,
+        session::{Audience, RequireSignIn, account_resource},
     },
     server_fns::api_tokens::{CreateApiToken, RevokeApiToken, list_api_tokens},
 };
-use cardpool_domain::account::{ApiToken, Viewer};
+use cardpool_domain::{
+    AppError,
+    account::{ApiToken, Viewer},
+};
 use leptos::prelude::*;
 use leptos_meta::Title;
 
 #[component]
 pub fn ApiTokensPage() -> impl IntoView {
+    let create = ServerAction::<CreateApiToken>::new();
+    let revoke = ServerAction::<RevokeApiToken>::new();
+    let tokens = account_resource(
+        Audience::Accounts,
+        move || (create.version().get(), revoke.version().get()),
+        |_| list_api_tokens(),
+    );
     view! {
         <Title text="API tokens" />
-        <RequireSignIn children=|_me: Viewer| view! { <ApiTokens /> } />
+        <RequireSignIn children=move |_me: Viewer| view! { <ApiTokens create revoke tokens /> } />
     }
 }
 
 #[component]
-fn ApiTokens() -> impl IntoView {
-    let create = ServerAction::<CreateApiToken>::new();
-    let revoke = ServerAction::<RevokeApiToken>::new();
-    let tokens = Resource::new(move || (create.version().get(), revoke.version().get()), |_| list_api_tokens());
+fn ApiTokens(
+    create: ServerAction<CreateApiToken>,
+    revoke: ServerAction<RevokeApiToken>,
+    tokens: Resource<Result<Vec<ApiToken>, AppError>>,
+) -> impl IntoView {
     let value = create.value();
     view! {
         <div class="space-y-6">

@@ -7,7 +7,7 @@ use crate::{
         kit::{Await, AwaitList, Col, DataTable},
         money::{LedgerHistory, Stat, dollars},
         numbers::fixed,
-        session::{RequireSignIn, reload_to},
+        session::{Audience, RequireSignIn, account_resource, reload_to},
     },
     server_fns::{
         payments::{CreateOnboardingLink, RequestPayout, get_earnings, list_earnings_entries},
@@ -15,8 +15,9 @@ use crate::{
     },
 };
 use cardpool_domain::{
+    AppError,
     account::Viewer,
-    payments::{ConnectState, Earnings, PayoutStatus},
+    payments::{ConnectState, Earnings, LedgerEntry, PayoutStatus},
     telemetry::{DeliveredEnergy, watt_hours},
 };
 use leptos::prelude::*;
@@ -24,11 +25,18 @@ use leptos_meta::Title;
 
 #[component]
 pub fn EarningsPage() -> impl IntoView {
+    let onboarding = ServerAction::<CreateOnboardingLink>::new();
+    let payout = ServerAction::<RequestPayout>::new();
+    let data = EarningsData {
+        earnings: account_resource(Audience::Providers, move || payout.version().get(), |_| get_earnings()),
+        entries: account_resource(Audience::Providers, move || payout.version().get(), |_| list_earnings_entries()),
+        energy: account_resource(Audience::Providers, || (), |_| provider_energy()),
+    };
     view! {
         <Title text="Earnings" />
-        <RequireSignIn children=|me: Viewer| {
+        <RequireSignIn children=move |me: Viewer| {
             if me.roles.provider {
-                view! { <EarningsView /> }.into_any()
+                view! { <EarningsView onboarding payout data /> }.into_any()
             } else {
                 view! {
                     <div class="card mx-auto max-w-lg text-center">
@@ -42,18 +50,26 @@ pub fn EarningsPage() -> impl IntoView {
     }
 }
 
+/// What the earnings page loads.
+#[derive(Clone, Copy)]
+struct EarningsData {
+    earnings: Resource<Result<Earnings, AppError>>,
+    entries: Resource<Result<Vec<LedgerEntry>, AppError>>,
+    energy: Resource<Result<Vec<DeliveredEnergy>, AppError>>,
+}
+
 #[component]
-fn EarningsView() -> impl IntoView {
-    let onboarding = ServerAction::<CreateOnboardingLink>::new();
-    let payout = ServerAction::<RequestPayout>::new();
+fn EarningsView(
+    onboarding: ServerAction<CreateOnboardingLink>,
+    payout: ServerAction<RequestPayout>,
+    data: EarningsData,
+) -> impl IntoView {
+    let EarningsData { earnings, entries, energy } = data;
     Effect::new(move || {
         if let Some(Ok(link)) = onboarding.value().get() {
             reload_to(&link.url);
         }
     });
-    let earnings = Resource::new(move || payout.version().get(), |_| get_earnings());
-    let entries = Resource::new(move || payout.version().get(), |_| list_earnings_entries());
-    let energy = Resource::new(|| (), |_| provider_energy());
     view! {
         <div class="space-y-6">
             <div>

@@ -7,13 +7,14 @@ use crate::{
         kit::{Await, AwaitList, in_browser},
         money::dollars,
         numbers::fixed,
-        session::RequireSignIn,
+        session::{Audience, RequireSignIn, account_resource},
         telemetry::{LiveBadge, fleet_utilisation, heat_class, latest_readings, line_path, use_live_samples},
     },
     pages::admin::admins_only,
     server_fns::telemetry::{AcknowledgeAlert, list_alerts, load_fleet, load_my_hosts, load_telemetry},
 };
 use cardpool_domain::{
+    AppError,
     account::Viewer,
     telemetry::{Alert, FleetOverview, GpuReading, HostSample, TelemetryScope, TelemetryView},
 };
@@ -30,16 +31,17 @@ fn ticker() -> RwSignal<u32> {
 
 #[component]
 pub fn AdminFleetPage() -> impl IntoView {
+    let tick = ticker();
+    let overview = account_resource(Audience::Admins, move || tick.get(), |_| load_fleet());
+    let alerts = AlertsData::load(Audience::Admins);
     view! {
         <Title text="Fleet · Admin" />
-        <RequireSignIn children=|me: Viewer| admins_only(me, || view! { <Fleet /> }) />
+        <RequireSignIn children=move |me: Viewer| admins_only(me, || view! { <Fleet overview alerts /> }) />
     }
 }
 
 #[component]
-fn Fleet() -> impl IntoView {
-    let tick = ticker();
-    let overview = Resource::new(move || tick.get(), |_| load_fleet());
+fn Fleet(overview: Resource<Result<FleetOverview, AppError>>, alerts: AlertsData) -> impl IntoView {
     // In the browser only: live readings would race hydration (see `TelemetrySection`).
     let telemetry = LocalResource::new(|| load_telemetry(TelemetryScope::Fleet));
     view! {
@@ -54,7 +56,7 @@ fn Fleet() -> impl IntoView {
                 Some(Ok(view)) => view! { <LiveFleet view overview /> }.into_any(),
                 Some(Err(err)) => view! { <p role="alert" class="text-red-700">{err.to_string()}</p> }.into_any(),
             }}
-            <Alerts admin=true />
+            <Alerts admin=true data=alerts />
         </div>
     }
 }
@@ -86,10 +88,7 @@ fn Totals(overview: FleetOverview) -> impl IntoView {
 
 /// Fleet utilisation over time and the heat map, both fed live.
 #[component]
-fn LiveFleet(
-    view: TelemetryView,
-    overview: Resource<Result<FleetOverview, cardpool_domain::AppError>>,
-) -> impl IntoView {
+fn LiveFleet(view: TelemetryView, overview: Resource<Result<FleetOverview, AppError>>) -> impl IntoView {
     let (samples, connected) = use_live_samples(&view);
     let points = Memo::new(move |_| samples.with(|s| fleet_utilisation(s)));
     let latest = Memo::new(move |_| samples.with(|s| latest_readings(s)));
@@ -204,12 +203,27 @@ pub fn HeatMap(overview: FleetOverview, latest: Memo<BTreeMap<(i64, u32), GpuRea
     .into_any()
 }
 
+/// What the alerts section loads and sends, made where the page starts (see `session`'s
+/// module doc).
+#[derive(Clone, Copy)]
+pub struct AlertsData {
+    acknowledge: ServerAction<AcknowledgeAlert>,
+    alerts: Resource<Result<Vec<Alert>, AppError>>,
+}
+
+impl AlertsData {
+    fn load(audience: Audience) -> Self {
+        let acknowledge = ServerAction::<AcknowledgeAlert>::new();
+        let tick = ticker();
+        let alerts = account_resource(audience, move || (tick.get(), acknowledge.version().get()), |_| list_alerts());
+        Self { acknowledge, alerts }
+    }
+}
+
 /// Alerts: admins acknowledge them, providers see their own hosts'.
 #[component]
-pub fn Alerts(admin: bool) -> impl IntoView {
-    let acknowledge = ServerAction::<AcknowledgeAlert>::new();
-    let tick = ticker();
-    let alerts = Resource::new(move || (tick.get(), acknowledge.version().get()), |_| list_alerts());
+fn Alerts(admin: bool, data: AlertsData) -> impl IntoView {
+    let AlertsData { acknowledge, alerts } = data;
     view! {
         <section class="card" aria-labelledby="alerts">
             <h2 id="alerts" class="text-lg font-semibold text-slate-900">"Alerts"</h2>
@@ -263,11 +277,28 @@ fn AlertTable(list: Vec<Alert>, admin: bool, acknowledge: ServerAction<Acknowled
     }
 }
 
+/// What a provider's fleet section loads, made where the page starts.
+#[derive(Clone, Copy)]
+pub struct MyFleetData {
+    overview: Resource<Result<FleetOverview, AppError>>,
+    alerts: AlertsData,
+}
+
+impl MyFleetData {
+    pub fn load() -> Self {
+        let tick = ticker();
+        let audience = Audience::ProvidersAndAdmins;
+        Self {
+            overview: account_resource(audience, move || tick.get(), |_| load_my_hosts()),
+            alerts: AlertsData::load(audience),
+        }
+    }
+}
+
 /// A provider's hosts as live GPU tiles, with the rate they earn right now.
 #[component]
-pub fn MyFleet() -> impl IntoView {
-    let tick = ticker();
-    let overview = Resource::new(move || tick.get(), |_| load_my_hosts());
+pub fn MyFleet(data: MyFleetData) -> impl IntoView {
+    let MyFleetData { overview, alerts } = data;
     let telemetry = LocalResource::new(|| load_telemetry(TelemetryScope::Mine));
     view! {
         <section class="card" aria-labelledby="my-gpus">
@@ -283,12 +314,12 @@ pub fn MyFleet() -> impl IntoView {
             </Transition>
             {move || in_browser(telemetry).and_then(Result::ok).map(|view| view! { <MyTiles view overview /> })}
         </section>
-        <Alerts admin=false />
+        <Alerts admin=false data=alerts />
     }
 }
 
 #[component]
-fn MyTiles(view: TelemetryView, overview: Resource<Result<FleetOverview, cardpool_domain::AppError>>) -> impl IntoView {
+fn MyTiles(view: TelemetryView, overview: Resource<Result<FleetOverview, AppError>>) -> impl IntoView {
     let (samples, connected) = use_live_samples(&view);
     let latest = Memo::new(move |_| samples.with(|s: &Vec<HostSample>| latest_readings(s)));
     view! {

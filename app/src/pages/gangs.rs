@@ -11,15 +11,15 @@ use crate::{
         form::{FormAlert, INPUT, SubmitButton, field_error, form_error},
         kit::{Await, Badge, Col, DataTable, Step, Timeline, Tone, poll},
         money::dollars,
-        session::{RequireSignIn, reload_to},
+        session::{Audience, RequireSignIn, account_resource, reload_to},
     },
     pages::rentals::{StateBadge, kind_label},
-    server_fns::gangs::{BookGang, ReplaceGangMember, StopGang, get_gang, list_gangs},
+    server_fns::gangs::{BookGang, ReplaceGangMember, StopGang, get_gang},
 };
 use cardpool_domain::{
     AppError,
     account::Viewer,
-    gangs::{Gang, GangState, OnMemberLoss},
+    gangs::{Gang, GangList, GangState, OnMemberLoss},
     offers::RentalKind,
     rentals::RentalState,
 };
@@ -149,8 +149,7 @@ fn GangForm() -> impl IntoView {
 
 /// The renter's gangs, on the rentals page (nothing when there are none).
 #[component]
-pub fn GangsSection() -> impl IntoView {
-    let gangs = Resource::new(|| (), |_| list_gangs());
+pub fn GangsSection(gangs: Resource<Result<GangList, AppError>>) -> impl IntoView {
     view! {
         <Transition fallback=|| ()>
             {move || Suspend::new(async move {
@@ -186,18 +185,10 @@ pub fn GangsSection() -> impl IntoView {
 
 #[component]
 pub fn GangPage() -> impl IntoView {
-    // The gang's resource is made here, before the sign-in's `Suspense`: in the first,
-    // synchronous render, where the browser reads what the server streamed for it. A resource
-    // made once hydration is over reads nothing streamed (leptos_server's `initial_value`) and
-    // fetches afresh; a gang that moved on meanwhile (starting to running, just after booking)
-    // then no longer matches the server's markup, hydration panics, and the page stops polling.
-    // Seen once in CI: this page stuck on "Starting". (This reading of leptos_server is not
-    // confirmed by a reproduction.) Side effect: the server renders this page for a visitor who
-    // is not signed in with the fetch's 401 status, around the sign-in prompt.
     let params = use_params_map();
     let id = move || params.with(|p| p.get("id").and_then(|id| id.parse::<i64>().ok()).unwrap_or(0));
     let tick = RwSignal::new(0u32);
-    let gang = Resource::new(move || (id(), tick.get()), |(id, _)| get_gang(id));
+    let gang = account_resource(Audience::Accounts, move || (id(), tick.get()), |(id, _)| get_gang(id));
     view! {
         <Title text="Gang" />
         <RequireSignIn children=move |_me: Viewer| view! { <GangView gang tick /> } />

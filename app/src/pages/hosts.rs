@@ -5,14 +5,16 @@ use crate::{
     components::{
         form::{Field, FormAlert, SubmitButton, field_error, form_error},
         kit::{Await, AwaitList, Col, DataTable},
-        session::RequireSignIn,
+        session::{Audience, RequireSignIn, account_resource},
     },
+    pages::fleet::{MyFleet, MyFleetData},
     server_fns::hosts::{
         CreateEnrollmentToken, RevokeHost, SetGpuSale, SetHostFabric, SetHostListed, SetMigLayout, UpdateHostPricing,
         get_host, list_hosts,
     },
 };
 use cardpool_domain::{
+    AppError,
     account::Viewer,
     host::{GpuModelPrice, HostDetail, HostStatus, HostSummary},
     money::format_dollars,
@@ -63,19 +65,20 @@ fn NotAProvider() -> impl IntoView {
 
 #[component]
 pub fn HostsPage() -> impl IntoView {
+    let tick = refresh_ticker();
+    let hosts = account_resource(Audience::ProvidersAndAdmins, move || tick.get(), |_| list_hosts());
+    let fleet = MyFleetData::load();
     view! {
         <Title text="Hosts" />
-        <RequireSignIn children=|me: Viewer| {
-            if me.roles.provider || me.roles.admin { view! { <Hosts /> }.into_any() } else { view! { <NotAProvider /> }.into_any() }
+        <RequireSignIn children=move |me: Viewer| {
+            if me.roles.provider || me.roles.admin { view! { <Hosts hosts fleet /> }.into_any() } else { view! { <NotAProvider /> }.into_any() }
         } />
     }
 }
 
 #[component]
-fn Hosts() -> impl IntoView {
+fn Hosts(hosts: Resource<Result<Vec<HostSummary>, AppError>>, fleet: MyFleetData) -> impl IntoView {
     let create = ServerAction::<CreateEnrollmentToken>::new();
-    let tick = refresh_ticker();
-    let hosts = Resource::new(move || tick.get(), |_| list_hosts());
     let value = create.value();
     view! {
         <div class="space-y-6">
@@ -107,7 +110,7 @@ fn Hosts() -> impl IntoView {
                     </div>
                 })}
             </section>
-            <crate::pages::fleet::MyFleet />
+            <MyFleet data=fleet />
             <section class="card" aria-labelledby="your-hosts">
                 <h2 id="your-hosts" class="text-lg font-semibold text-slate-900">"Your hosts"</h2>
                 <AwaitList resource=hosts loading="Loading hosts…" class="mt-4" empty="No hosts yet. Create an enrollment token above." ready=move |list| view! { <HostTable hosts=list /> } />
@@ -136,16 +139,8 @@ fn HostTable(hosts: Vec<HostSummary>) -> impl IntoView {
 
 #[component]
 pub fn HostPage() -> impl IntoView {
-    view! {
-        <Title text="Host" />
-        <RequireSignIn children=|_me: Viewer| view! { <Host /> } />
-    }
-}
-
-#[component]
-fn Host() -> impl IntoView {
     let params = use_params_map();
-    let id = move || params.with(|p| p.get("id").and_then(|id| id.parse::<i64>().ok()).unwrap_or(0));
+    let id = Signal::derive(move || params.with(|p| p.get("id").and_then(|id| id.parse::<i64>().ok()).unwrap_or(0)));
     let revoke = ServerAction::<RevokeHost>::new();
     let pricing = ServerAction::<UpdateHostPricing>::new();
     let listing = ServerAction::<SetHostListed>::new();
@@ -153,7 +148,8 @@ fn Host() -> impl IntoView {
     let fabric = ServerAction::<SetHostFabric>::new();
     let layout = ServerAction::<SetMigLayout>::new();
     let tick = refresh_ticker();
-    let detail = Resource::new(
+    let detail = account_resource(
+        Audience::Accounts,
         move || {
             let changes = (
                 pricing.version().get(),
@@ -162,15 +158,23 @@ fn Host() -> impl IntoView {
                 fabric.version().get(),
                 layout.version().get(),
             );
-            (id(), tick.get(), revoke.version().get(), changes)
+            (id.get(), tick.get(), revoke.version().get(), changes)
         },
         |(id, ..)| get_host(id),
     );
     let actions = HostActions { revoke, pricing, listing, sale, fabric, layout };
     view! {
+        <Title text="Host" />
+        <RequireSignIn children=move |_me: Viewer| view! { <Host id detail actions /> } />
+    }
+}
+
+#[component]
+fn Host(id: Signal<i64>, detail: Resource<Result<HostDetail, AppError>>, actions: HostActions) -> impl IntoView {
+    view! {
         <Await resource=detail loading="Loading host…" ready=move |detail| view! { <HostDetailView detail actions /> } />
         <div class="mt-6">
-            <crate::components::telemetry::TelemetrySection scope=Signal::derive(move || cardpool_domain::telemetry::TelemetryScope::Host(id())) />
+            <crate::components::telemetry::TelemetrySection scope=Signal::derive(move || cardpool_domain::telemetry::TelemetryScope::Host(id.get())) />
         </div>
     }
 }

@@ -5,22 +5,26 @@
 use crate::{
     components::{
         kit::{Await, Badge, Tone},
-        session::{RequireSignIn, reload_to},
+        session::{Audience, RequireSignIn, account_resource, reload_to},
     },
     server_fns::notifications::{MarkNotificationsRead, list_notifications},
 };
 use cardpool_domain::{
+    AppError,
     account::Viewer,
-    notifications::{EventKind, Notification},
+    notifications::{EventKind, Notification, NotificationPage},
 };
 use leptos::prelude::*;
 use leptos_meta::Title;
 
 #[component]
 pub fn NotificationsPage() -> impl IntoView {
+    // Older pages are appended as the renter asks for them.
+    let before = RwSignal::new(None::<i64>);
+    let page = account_resource(Audience::Accounts, move || before.get(), list_notifications);
     view! {
         <Title text="Notifications" />
-        <RequireSignIn children=|_me: Viewer| view! { <Notifications /> } />
+        <RequireSignIn children=move |_me: Viewer| view! { <Notifications before page /> } />
     }
 }
 
@@ -38,10 +42,7 @@ fn tone(event: EventKind) -> (Tone, &'static str) {
 }
 
 #[component]
-fn Notifications() -> impl IntoView {
-    // Older pages are appended as the renter asks for them.
-    let before = RwSignal::new(None::<i64>);
-    let page = Resource::new(move || before.get(), list_notifications);
+fn Notifications(before: RwSignal<Option<i64>>, page: Resource<Result<NotificationPage, AppError>>) -> impl IntoView {
     let mark = ServerAction::<MarkNotificationsRead>::new();
     Effect::new(move || {
         if let Some(Ok(_)) = mark.value().get() {

@@ -12,17 +12,20 @@ use crate::{
         limits::CapsForm,
         logs::RentalLogs,
         money::{StepChart, dollars},
-        session::{RequireSignIn, reload_to},
+        session::{Audience, RequireSignIn, account_resource, reload_to},
         ssh::SshPanel,
         telemetry::TelemetrySection,
     },
     server_fns::{
+        gangs::list_gangs,
         offers::get_offer,
         rentals::{BookRental, ChangeBid, StopRental, get_rental, list_rentals},
     },
 };
 use cardpool_domain::{
+    AppError,
     account::Viewer,
+    gangs::GangList,
     offers::{OfferDetail, RentalKind},
     rentals::{Rental, RentalDetail, RentalState},
     telemetry::TelemetryScope,
@@ -62,18 +65,23 @@ fn duration(seconds: i64) -> String {
 
 #[component]
 pub fn RentPage() -> impl IntoView {
+    let query = use_query_map();
+    let host_id = query.with_untracked(|q| q.get("host").unwrap_or_default()).parse::<i64>().unwrap_or(0);
+    let model = query.with_untracked(|q| q.get("model").unwrap_or_default());
+    let offer = {
+        let model = model.clone();
+        account_resource(Audience::Accounts, move || (host_id, model.clone()), |(host, model)| get_offer(host, model))
+    };
     view! {
         <Title text="Rent GPUs" />
-        <RequireSignIn children=|_me: Viewer| view! { <RentForm /> } />
+        <RequireSignIn children=move |_me: Viewer| view! { <RentForm host_id model=model.clone() offer /> } />
     }
 }
 
 #[component]
-fn RentForm() -> impl IntoView {
+fn RentForm(host_id: i64, model: String, offer: Resource<Result<OfferDetail, AppError>>) -> impl IntoView {
     let query = use_query_map();
     let param = move |key: &str| query.with_untracked(|q| q.get(key).unwrap_or_default());
-    let host_id = param("host").parse::<i64>().unwrap_or(0);
-    let model = param("model");
     let kind = RwSignal::new(RentalKind::parse(&param("kind")).unwrap_or_default());
     let book = ServerAction::<BookRental>::new();
     let value = book.value();
@@ -105,7 +113,7 @@ fn RentForm() -> impl IntoView {
                 <h1 class="mt-2 text-2xl font-bold text-slate-900">"Rent GPUs"</h1>
                 <p class="mt-1 text-slate-600">{format!("{model} on host #{host_id}")}</p>
             </div>
-            <OfferSummary host_id model=model.clone() />
+            <OfferSummary detail=offer />
             <AdvisorPanel host_id model=model.clone() />
             <ActionForm action=book attr:class="card space-y-5" attr:novalidate=true>
                 <input type="hidden" name="form[host_id]" value=host_id />
@@ -166,8 +174,7 @@ fn RentForm() -> impl IntoView {
 
 /// What is being booked: free GPUs, the three prices, and the spot price's last day.
 #[component]
-fn OfferSummary(host_id: i64, model: String) -> impl IntoView {
-    let detail = Resource::new(move || (host_id, model.clone()), |(host, model)| get_offer(host, model));
+fn OfferSummary(detail: Resource<Result<OfferDetail, AppError>>) -> impl IntoView {
     view! {
         <Transition fallback=|| view! { <div class="h-24 animate-pulse rounded-2xl bg-slate-100"></div> }>
             {move || Suspend::new(async move {
@@ -207,15 +214,19 @@ fn OfferSummary(host_id: i64, model: String) -> impl IntoView {
 
 #[component]
 pub fn RentalsPage() -> impl IntoView {
+    let rentals = account_resource(Audience::Accounts, || (), |_| list_rentals());
+    let gangs = account_resource(Audience::Accounts, || (), |_| list_gangs());
     view! {
         <Title text="Rentals" />
-        <RequireSignIn children=|_me: Viewer| view! { <RentalList /> } />
+        <RequireSignIn children=move |_me: Viewer| view! { <RentalList rentals gangs /> } />
     }
 }
 
 #[component]
-fn RentalList() -> impl IntoView {
-    let rentals = Resource::new(|| (), |_| list_rentals());
+fn RentalList(
+    rentals: Resource<Result<Vec<Rental>, AppError>>,
+    gangs: Resource<Result<GangList, AppError>>,
+) -> impl IntoView {
     view! {
         <div class="space-y-6">
             <div class="flex flex-wrap items-end justify-between gap-4">
@@ -225,7 +236,7 @@ fn RentalList() -> impl IntoView {
                 </div>
                 <a class="btn-primary" href="/offers">"Rent GPUs"</a>
             </div>
-            <crate::pages::gangs::GangsSection />
+            <crate::pages::gangs::GangsSection gangs />
             <Transition fallback=|| view! { <p class="text-slate-500">"Loading rentals…"</p> }>
                 {move || Suspend::new(async move {
                     match rentals.await {
@@ -265,23 +276,24 @@ fn RentalRow(rental: Rental) -> impl IntoView {
 
 #[component]
 pub fn RentalPage() -> impl IntoView {
-    view! {
-        <Title text="Rental" />
-        <RequireSignIn children=|_me: Viewer| view! { <RentalView /> } />
-    }
-}
-
-#[component]
-fn RentalView() -> impl IntoView {
     let params = use_params_map();
-    let id = move || params.with(|p| p.get("id").and_then(|id| id.parse::<i64>().ok()).unwrap_or(0));
+    let id = Signal::derive(move || params.with(|p| p.get("id").and_then(|id| id.parse::<i64>().ok()).unwrap_or(0)));
     let tick = RwSignal::new(0u32);
-    let detail = Resource::new(move || (id(), tick.get()), |(id, _)| get_rental(id));
+    let detail = account_resource(Audience::Accounts, move || (id.get(), tick.get()), |(id, _)| get_rental(id));
     poll(
         tick,
         std::time::Duration::from_millis(2000),
         move || !matches!(detail.get_untracked(), Some(Ok(d)) if !d.rental.is_live()),
     );
+    view! {
+        <Title text="Rental" />
+        <RequireSignIn children=move |_me: Viewer| view! { <RentalView id detail tick /> } />
+    }
+}
+
+#[component]
+fn RentalView(id: Signal<i64>, detail: Resource<Result<RentalDetail, AppError>>, tick: RwSignal<u32>) -> impl IntoView {
+    let id = move || id.get();
     // The charts load once per rental, and again when it starts or stops holding its GPUs
     // (an effect, so server and browser render the same first view).
     let seen_holding = StoredValue::new(None::<bool>);

@@ -5,27 +5,38 @@ use crate::{
     components::{
         form::{Field, FormAlert, SubmitButton, field_error, form_error},
         kit::{AwaitList, Col, DataTable},
-        session::RequireSignIn,
+        session::{Audience, RequireSignIn, account_resource},
     },
     server_fns::ssh_keys::{AddSshKey, RemoveSshKey, list_ssh_keys},
 };
-use cardpool_domain::account::{SshKey, Viewer};
+use cardpool_domain::{
+    AppError,
+    account::{SshKey, Viewer},
+};
 use leptos::prelude::*;
 use leptos_meta::Title;
 
 #[component]
 pub fn SshKeysPage() -> impl IntoView {
+    let add = ServerAction::<AddSshKey>::new();
+    let remove = ServerAction::<RemoveSshKey>::new();
+    let keys = account_resource(
+        Audience::Accounts,
+        move || (add.version().get(), remove.version().get()),
+        |_| list_ssh_keys(),
+    );
     view! {
         <Title text="SSH keys" />
-        <RequireSignIn children=|_me: Viewer| view! { <SshKeys /> } />
+        <RequireSignIn children=move |_me: Viewer| view! { <SshKeys add remove keys /> } />
     }
 }
 
 #[component]
-fn SshKeys() -> impl IntoView {
-    let add = ServerAction::<AddSshKey>::new();
-    let remove = ServerAction::<RemoveSshKey>::new();
-    let keys = Resource::new(move || (add.version().get(), remove.version().get()), |_| list_ssh_keys());
+fn SshKeys(
+    add: ServerAction<AddSshKey>,
+    remove: ServerAction<RemoveSshKey>,
+    keys: Resource<Result<Vec<SshKey>, AppError>>,
+) -> impl IntoView {
     let value = add.value();
     // A key that went in leaves the form empty for the next one.
     let key_input: NodeRef<leptos::html::Textarea> = NodeRef::new();

@@ -8,15 +8,16 @@ use crate::{
     components::{
         form::{Field, FormAlert, SubmitButton, field_error, form_error},
         kit::{Await, poll},
-        limits::SpendLimitsPanel,
+        limits::{SpendLimits, SpendLimitsPanel},
         money::{LedgerHistory, Stat, dollars},
-        session::{RequireSignIn, reload_to},
+        session::{Audience, RequireSignIn, account_resource, reload_to},
     },
     server_fns::payments::{CreateTopUp, get_receipt, get_top_up, get_wallet, list_transactions},
 };
 use cardpool_domain::{
+    AppError,
     account::Viewer,
-    payments::{TOP_UP_MAX_MICROS, TOP_UP_MIN_MICROS, TopUpStatus},
+    payments::{LedgerEntry, Receipt, TOP_UP_MAX_MICROS, TOP_UP_MIN_MICROS, TopUp, TopUpStatus, Wallet},
 };
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -24,17 +25,39 @@ use leptos_router::hooks::{use_params_map, use_query_map};
 
 #[component]
 pub fn WalletPage() -> impl IntoView {
+    let query = use_query_map();
+    // Re-read money whenever the returning top-up's status changes.
+    let settled = RwSignal::new(0u32);
+    let money = WalletData {
+        wallet: account_resource(Audience::Accounts, move || settled.get(), |_| get_wallet()),
+        history: account_resource(Audience::Accounts, move || settled.get(), |_| list_transactions()),
+        limits: SpendLimits::load(),
+    };
+    // Checkout sends the renter back here with the top-up's id.
+    let returning = query.with_untracked(|q| q.get("top_up").and_then(|id| id.parse::<i64>().ok()));
+    let cancelled = query.with_untracked(|q| q.get("cancelled").is_some());
+    let progress = returning.map(|id| top_up_status(id, settled));
     view! {
         <Title text="Wallet" />
-        <RequireSignIn children=|_me: Viewer| view! { <Wallet /> } />
+        <RequireSignIn children=move |_me: Viewer| view! { <WalletView money progress cancelled /> } />
     }
 }
 
+/// What the wallet page loads.
+#[derive(Clone, Copy)]
+struct WalletData {
+    wallet: Resource<Result<Wallet, AppError>>,
+    history: Resource<Result<Vec<LedgerEntry>, AppError>>,
+    limits: SpendLimits,
+}
+
 #[component]
-fn Wallet() -> impl IntoView {
-    let query = use_query_map();
-    let returning = move || query.with(|q| q.get("top_up").and_then(|id| id.parse::<i64>().ok()));
-    let cancelled = move || query.with(|q| q.get("cancelled").is_some());
+fn WalletView(
+    money: WalletData,
+    progress: Option<Resource<Result<TopUp, AppError>>>,
+    cancelled: bool,
+) -> impl IntoView {
+    let WalletData { wallet, history, limits } = money;
     let top_up = ServerAction::<CreateTopUp>::new();
     let value = top_up.value();
     Effect::new(move || {
@@ -42,10 +65,6 @@ fn Wallet() -> impl IntoView {
             reload_to(&created.checkout_url);
         }
     });
-    // Re-read money whenever the returning top-up's status changes.
-    let settled = RwSignal::new(0u32);
-    let wallet = Resource::new(move || settled.get(), |_| get_wallet());
-    let history = Resource::new(move || settled.get(), |_| list_transactions());
     view! {
         <div class="space-y-6">
             <div class="flex flex-wrap items-end justify-between gap-4">
@@ -55,7 +74,7 @@ fn Wallet() -> impl IntoView {
                 </div>
                 <a class="btn-secondary" href="/api/v1/wallet/transactions.csv" download="cardpool-transactions.csv">"Export CSV"</a>
             </div>
-            {move || returning().map(|id| view! { <TopUpProgress id cancelled=cancelled() settled /> })}
+            {progress.map(|status| view! { <TopUpProgress status cancelled /> })}
             <Await resource=wallet skeleton="h-28" ready=move |w| view! {
                 <div class="grid gap-4 sm:grid-cols-2">
                     <Stat label="Balance" micros=w.balance_micros testid="wallet-balance" hint="Available for new rentals" />
@@ -81,7 +100,7 @@ fn Wallet() -> impl IntoView {
                 </ActionForm>
                 <div class="mt-4"><FormAlert message=form_error(value) /></div>
             </section>
-            <SpendLimitsPanel />
+            <SpendLimitsPanel limits />
             <section class="card" aria-labelledby="history">
                 <h2 id="history" class="text-lg font-semibold text-slate-900">"History"</h2>
                 <Await resource=history loading="Loading history…" class="mt-4" ready=move |entries| view! { <LedgerHistory entries chart_label="Wallet balance" empty="No transactions yet." receipts=true /> } />
@@ -90,11 +109,11 @@ fn Wallet() -> impl IntoView {
     }
 }
 
-/// The banner shown when Checkout sends the renter back: waits (polling) for the webhook.
-#[component]
-fn TopUpProgress(id: i64, cancelled: bool, settled: RwSignal<u32>) -> impl IntoView {
+/// The returning top-up's status, polled until it is final; then the balance and history are
+/// read again (`settled`).
+fn top_up_status(id: i64, settled: RwSignal<u32>) -> Resource<Result<TopUp, AppError>> {
     let tick = RwSignal::new(0u32);
-    let status = Resource::new(move || tick.get(), move |_| get_top_up(id));
+    let status = account_resource(Audience::Accounts, move || tick.get(), move |_| get_top_up(id));
     poll(
         tick,
         std::time::Duration::from_millis(1500),
@@ -108,6 +127,12 @@ fn TopUpProgress(id: i64, cancelled: bool, settled: RwSignal<u32>) -> impl IntoV
             settled.update(|s| *s += 1);
         }
     });
+    status
+}
+
+/// The banner shown when Checkout sends the renter back: waits for the webhook.
+#[component]
+fn TopUpProgress(status: Resource<Result<TopUp, AppError>>, cancelled: bool) -> impl IntoView {
     view! {
         <Transition fallback=|| ()>
             {move || Suspend::new(async move {
@@ -137,17 +162,17 @@ fn TopUpProgress(id: i64, cancelled: bool, settled: RwSignal<u32>) -> impl IntoV
 
 #[component]
 pub fn ReceiptPage() -> impl IntoView {
+    let params = use_params_map();
+    let id = move || params.with(|p| p.get("id").and_then(|id| id.parse::<i64>().ok()).unwrap_or(0));
+    let receipt = account_resource(Audience::Accounts, id, get_receipt);
     view! {
         <Title text="Receipt" />
-        <RequireSignIn children=|_me: Viewer| view! { <ReceiptView /> } />
+        <RequireSignIn children=move |_me: Viewer| view! { <ReceiptView receipt /> } />
     }
 }
 
 #[component]
-fn ReceiptView() -> impl IntoView {
-    let params = use_params_map();
-    let id = move || params.with(|p| p.get("id").and_then(|id| id.parse::<i64>().ok()).unwrap_or(0));
-    let receipt = Resource::new(id, get_receipt);
+fn ReceiptView(receipt: Resource<Result<Receipt, AppError>>) -> impl IntoView {
     view! {
         <Await resource=receipt loading="Loading receipt…" ready=move |r| view! {
             <article class="card mx-auto max-w-xl" aria-labelledby="receipt-title">

@@ -5,12 +5,13 @@
 use crate::{
     components::{
         form::{Field, FormAlert, SubmitButton, field_error, form_error},
-        kit::{AwaitList, Badge, Col, DataTable, Tone, poll},
-        session::RequireSignIn,
+        kit::{AwaitList, Badge, Col, DataTable, ErrorAlert, Tone, in_browser, poll},
+        session::{Audience, RequireSignIn, account_resource},
     },
     server_fns::notifications::{CreateWebhook, DeleteWebhook, SendTestEvent, list_deliveries, list_webhooks},
 };
 use cardpool_domain::{
+    AppError,
     account::Viewer,
     notifications::{DeliveryState, Webhook, WebhookDelivery},
 };
@@ -19,18 +20,26 @@ use leptos_meta::Title;
 
 #[component]
 pub fn WebhooksPage() -> impl IntoView {
+    let create = ServerAction::<CreateWebhook>::new();
+    let delete = ServerAction::<DeleteWebhook>::new();
+    let hooks = account_resource(
+        Audience::Accounts,
+        move || (create.version().get(), delete.version().get()),
+        |_| list_webhooks(),
+    );
     view! {
         <Title text="Webhooks" />
-        <RequireSignIn children=|_me: Viewer| view! { <Webhooks /> } />
+        <RequireSignIn children=move |_me: Viewer| view! { <Webhooks create delete hooks /> } />
     }
 }
 
 #[component]
-fn Webhooks() -> impl IntoView {
-    let create = ServerAction::<CreateWebhook>::new();
-    let delete = ServerAction::<DeleteWebhook>::new();
+fn Webhooks(
+    create: ServerAction<CreateWebhook>,
+    delete: ServerAction<DeleteWebhook>,
+    hooks: Resource<Result<Vec<Webhook>, AppError>>,
+) -> impl IntoView {
     let test = ServerAction::<SendTestEvent>::new();
-    let hooks = Resource::new(move || (create.version().get(), delete.version().get()), |_| list_webhooks());
     let value = create.value();
     view! {
         <div class="space-y-6">
@@ -75,8 +84,14 @@ fn Webhooks() -> impl IntoView {
 fn Hook(hook: Webhook, test: ServerAction<SendTestEvent>, delete: ServerAction<DeleteWebhook>) -> impl IntoView {
     let id = hook.id;
     // The log refreshes after a test event, then every few seconds while deliveries are pending.
+    // Loaded in the browser: a row is made once its list has loaded, where a server resource
+    // would be made more than once (see `session`'s module doc).
     let tick = RwSignal::new(0u32);
-    let log = Resource::new(move || (test.version().get(), tick.get()), move |_| list_deliveries(id));
+    let log = LocalResource::new(move || {
+        test.version().track();
+        tick.track();
+        list_deliveries(id)
+    });
     poll(tick, std::time::Duration::from_millis(1500), move || {
         log.get_untracked().and_then(Result::ok).is_some_and(|l| l.iter().any(|d| d.state == DeliveryState::Pending))
     });
@@ -96,7 +111,12 @@ fn Hook(hook: Webhook, test: ServerAction<SendTestEvent>, delete: ServerAction<D
                 </div>
             </div>
             <div class="px-4 pb-3">
-                <AwaitList resource=log loading="Loading deliveries…" class="mt-3" empty="No deliveries yet." ready=|list| view! { <Deliveries list /> } />
+                {move || match in_browser(log) {
+                    None => view! { <p class="mt-3 text-slate-500">"Loading deliveries…"</p> }.into_any(),
+                    Some(Ok(list)) if list.is_empty() => view! { <p class="mt-3 text-slate-500">"No deliveries yet."</p> }.into_any(),
+                    Some(Ok(list)) => view! { <Deliveries list /> }.into_any(),
+                    Some(Err(err)) => view! { <ErrorAlert message=err.to_string() class="mt-3" /> }.into_any(),
+                }}
             </div>
         </article>
     }

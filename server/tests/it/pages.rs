@@ -1,13 +1,15 @@
 //! The market page as visitors get it: kept between renderings (`page_cache`), yet never
 //! behind a committed change, with a CSP nonce of its own on every response, and never served
-//! to someone signed in.
+//! to someone signed in. Signed-in pages stream each resource's value once, which hydration
+//! relies on.
 
 use crate::common::{H100, TestApp, agent_dir};
 use cardpool_domain::host::GpuModelPrice;
 use cardpool_service::{Settings, backend_tests, hosts, testing::Backend};
 use reqwest::{Client, StatusCode, header};
+use serde_json::json;
 
-backend_tests!(the_market_page_kept_for_visitors_follows_every_change);
+backend_tests!(the_market_page_kept_for_visitors_follows_every_change, signed_in_pages_stream_each_resource_once);
 
 /// `/offers` for `client`: the nonce its policy names, and the page.
 async fn market_page(app: &TestApp, client: &Client) -> (String, String) {
@@ -65,5 +67,48 @@ async fn the_market_page_kept_for_visitors_follows_every_change(backend: Backend
     assert!(own.contains("renter@example.com"), "the header names the account");
     let (_, visitors) = market_page(&app, &visitor).await;
     assert!(!visitors.contains("renter@example.com"), "and a visitor never sees it");
+    agent.abort();
+}
+
+/// The ids of the values a page streamed for its resources (`__RESOLVED_RESOURCES[id] = …`).
+fn streamed_resources(html: &str) -> Vec<usize> {
+    html.split("__RESOLVED_RESOURCES[").skip(1).map(|rest| rest.split(']').next().unwrap().parse().unwrap()).collect()
+}
+
+/// A resource made inside a `Suspense` was made again, under a new id and with a fetch of its
+/// own, each time the server walked the boundary's children; the browser made it once and
+/// hydrated the first copy's value against the last copy's markup (`session`'s module doc in
+/// the app). Each page here streams the current account and then its own resources, once each.
+async fn signed_in_pages_stream_each_resource_once(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let (host, agent) = app.agent_host(2, agent_dir("streamed-once")).await;
+    let renter = app.funded_renter("renter@example.com", 50).await;
+    let rental = app.book_h100(&renter, host.state.host_id, json!({"command": "sleep 30"})).await;
+    let pages = [
+        (&renter, format!("/rentals/{rental}"), 2, "the rental"),
+        (&renter, "/rentals".to_owned(), 3, "rentals and gangs"),
+        (&renter, "/wallet".to_owned(), 4, "wallet, history and limits"),
+        (&host.provider, "/provider/hosts".to_owned(), 4, "hosts, the fleet's totals and alerts"),
+        (&host.provider, format!("/provider/hosts/{}", host.state.host_id), 2, "the host"),
+    ];
+    for (client, path, resources, what) in pages {
+        // Several times: how often the server walked a boundary depended on timing.
+        for _ in 0..5 {
+            let res = client.get(app.url(&path)).send().await.unwrap();
+            assert_eq!(res.status(), StatusCode::OK, "{path}");
+            let ids = streamed_resources(&res.text().await.unwrap());
+            assert_eq!(ids.len(), resources, "{path}: the account, then {what}, once each: {ids:?}");
+        }
+    }
+    // A visitor gets the sign-in prompt with a 200: the page's resources answer without calling
+    // their server functions, which would set the page's status to 401.
+    let visitor = Client::new();
+    for path in [format!("/rentals/{rental}"), "/gangs/1".to_owned(), "/wallet".to_owned(), "/admin/rentals".to_owned()]
+    {
+        let res = visitor.get(app.url(&path)).send().await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK, "{path}");
+        let html = res.text().await.unwrap();
+        assert!(html.contains("Sign in to continue"), "{path}: the prompt");
+    }
     agent.abort();
 }

@@ -5,11 +5,12 @@ use super::admins_only;
 use crate::{
     components::{
         kit::{Await, Col, DataTable},
-        session::RequireSignIn,
+        session::{Audience, RequireSignIn, account_resource},
     },
     server_fns::admin::list_audit,
 };
 use cardpool_domain::{
+    AppError,
     account::Viewer,
     admin::{AuditAction, AuditEntry, AuditPage, AuditQuery},
 };
@@ -19,14 +20,6 @@ use leptos_router::hooks::use_query_map;
 
 #[component]
 pub fn AdminAuditPage() -> impl IntoView {
-    view! {
-        <Title text="Audit log · Admin" />
-        <RequireSignIn children=|me: Viewer| admins_only(me, || view! { <AdminAudit /> }) />
-    }
-}
-
-#[component]
-fn AdminAudit() -> impl IntoView {
     let params = use_query_map();
     let query = move || {
         params.with(|p| AuditQuery {
@@ -37,7 +30,17 @@ fn AdminAudit() -> impl IntoView {
             per_page: None,
         })
     };
-    let page = Resource::new(query, list_audit);
+    let page = account_resource(Audience::Admins, query, list_audit);
+    view! {
+        <Title text="Audit log · Admin" />
+        <RequireSignIn children=move |me: Viewer| admins_only(me, || view! { <AdminAudit query=Signal::derive(query) page /> }) />
+    }
+}
+
+#[component]
+fn AdminAudit(query: Signal<AuditQuery>, page: Resource<Result<AuditPage, AppError>>) -> impl IntoView {
+    let params = use_query_map();
+    let query = move || query.get();
     let chosen = move |key: &'static str| params.with(|p| p.get(key).unwrap_or_default());
     view! {
         <h1 class="text-2xl font-bold text-slate-900">"Audit log"</h1>

@@ -7,27 +7,27 @@ use crate::{
     components::{
         form::{FormAlert, form_error},
         kit::{AwaitList, Badge, Col, DataTable, Tone},
-        session::RequireSignIn,
+        session::{Audience, RequireSignIn, account_resource},
     },
     pages::hosts::StatusBadge,
     server_fns::{admin::HostAction, hosts::list_hosts},
 };
-use cardpool_domain::{account::Viewer, host::HostSummary};
+use cardpool_domain::{AppError, account::Viewer, host::HostSummary};
 use leptos::prelude::*;
 use leptos_meta::Title;
 
 #[component]
 pub fn AdminHostsPage() -> impl IntoView {
+    let act = ServerAction::<HostAction>::new();
+    let hosts = account_resource(Audience::Admins, move || act.version().get(), |_| list_hosts());
     view! {
         <Title text="Hosts · Admin" />
-        <RequireSignIn children=|me: Viewer| admins_only(me, || view! { <AdminHosts /> }) />
+        <RequireSignIn children=move |me: Viewer| admins_only(me, || view! { <AdminHosts act hosts /> }) />
     }
 }
 
 #[component]
-fn AdminHosts() -> impl IntoView {
-    let act = ServerAction::<HostAction>::new();
-    let hosts = Resource::new(move || act.version().get(), |_| list_hosts());
+fn AdminHosts(act: ServerAction<HostAction>, hosts: Resource<Result<Vec<HostSummary>, AppError>>) -> impl IntoView {
     let value = act.value();
     view! {
         <h1 class="text-2xl font-bold text-slate-900">"Hosts"</h1>

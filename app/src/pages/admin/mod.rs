@@ -16,11 +16,11 @@ use crate::{
         form::{Field, FormAlert, SubmitButton, field_error, form_error},
         kit::{AwaitList, Col, DataTable},
         money::dollars,
-        session::RequireSignIn,
+        session::{Audience, RequireSignIn, account_resource},
     },
     server_fns::payments::{AdminCredit, list_admin_credits},
 };
-use cardpool_domain::account::Viewer;
+use cardpool_domain::{AppError, account::Viewer, payments::Adjustment};
 use leptos::prelude::*;
 use leptos_meta::Title;
 
@@ -57,17 +57,20 @@ fn AdminTabs() -> impl IntoView {
 
 #[component]
 pub fn AdminCreditsPage() -> impl IntoView {
+    let credit = ServerAction::<AdminCredit>::new();
+    let audit = account_resource(Audience::Admins, move || credit.version().get(), |_| list_admin_credits());
     view! {
         <Title text="Credits · Admin" />
-        <RequireSignIn children=|me: Viewer| admins_only(me, || view! { <AdminCredits /> }) />
+        <RequireSignIn children=move |me: Viewer| admins_only(me, || view! { <AdminCredits credit audit /> }) />
     }
 }
 
 #[component]
-fn AdminCredits() -> impl IntoView {
-    let credit = ServerAction::<AdminCredit>::new();
+fn AdminCredits(
+    credit: ServerAction<AdminCredit>,
+    audit: Resource<Result<Vec<Adjustment>, AppError>>,
+) -> impl IntoView {
     let value = credit.value();
-    let audit = Resource::new(move || credit.version().get(), |_| list_admin_credits());
     let reason_error = field_error(value, "reason");
     let kind_error = field_error(value, "kind");
     view! {

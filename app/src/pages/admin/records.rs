@@ -3,19 +3,24 @@
 //! (`/admin/hosts/:id`): its status changes (outages, revocation), alerts, rentals and the
 //! admin actions on it.
 
-use super::{admins_only, audit::AuditTable, rentals::RentalsOf};
+use super::{
+    admins_only,
+    audit::AuditTable,
+    rentals::{RentalTableData, RentalsOf},
+};
 use crate::{
     components::{
         kit::{Await, Badge, Col, DataTable, Tone},
         money::{Stat, dollars},
-        session::RequireSignIn,
+        session::{Audience, RequireSignIn, account_resource},
     },
     pages::hosts::StatusBadge,
     server_fns::admin::{get_account_detail, get_host_history, list_audit},
 };
 use cardpool_domain::{
+    AppError,
     account::Viewer,
-    admin::{AccountDetail, AdminRentalQuery, AuditQuery, HostHistory},
+    admin::{AccountDetail, AdminRentalQuery, AuditPage, AuditQuery, HostHistory},
 };
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -28,30 +33,36 @@ fn id_param() -> impl Fn() -> i64 + Copy + Send + Sync + 'static {
 
 #[component]
 pub fn AdminAccountPage() -> impl IntoView {
+    let id = id_param();
+    let detail = account_resource(Audience::Admins, id, get_account_detail);
+    let audit = account_resource(Audience::Admins, id, |id| {
+        list_audit(AuditQuery { subject_kind: Some("user".into()), subject_id: Some(id), ..AuditQuery::default() })
+    });
+    let rentals = RentalTableData::load(move || AdminRentalQuery {
+        renter_id: Some(id()),
+        per_page: Some(10),
+        ..AdminRentalQuery::default()
+    });
     view! {
         <Title text="Account · Admin" />
-        <RequireSignIn children=|me: Viewer| admins_only(me, || view! { <AdminAccount /> }) />
+        <RequireSignIn children=move |me: Viewer| admins_only(me, || view! { <AdminAccount id=id() detail audit rentals /> }) />
     }
 }
 
 #[component]
-fn AdminAccount() -> impl IntoView {
-    let id = id_param();
-    let detail = Resource::new(id, get_account_detail);
-    let audit = Resource::new(id, |id| {
-        list_audit(AuditQuery { subject_kind: Some("user".into()), subject_id: Some(id), ..AuditQuery::default() })
-    });
-    // The rentals' resource is made here, not inside the account's `Await`: a resource created
-    // while a suspended view hydrates can find its server data not yet streamed, and the
-    // hydration then fails on mismatched markers (tachys hydration.rs:195, seen 1 in 6 runs).
-    let rentals = AdminRentalQuery { renter_id: Some(id()), per_page: Some(10), ..AdminRentalQuery::default() };
-    let all = format!("/admin/rentals?renter_id={}", id());
+fn AdminAccount(
+    id: i64,
+    detail: Resource<Result<AccountDetail, AppError>>,
+    audit: Resource<Result<AuditPage, AppError>>,
+    rentals: RentalTableData,
+) -> impl IntoView {
+    let all = format!("/admin/rentals?renter_id={id}");
     view! {
         <p class="text-sm"><a class="text-indigo-700 hover:underline" href="/admin/users">"← Users"</a></p>
         <Await resource=detail skeleton="h-64" class="mt-4" ready=|detail| view! { <Account detail /> } />
         <section class="card mt-6" aria-labelledby="account-rentals">
             <h2 id="account-rentals" class="text-lg font-semibold text-slate-900">"Rentals"</h2>
-            <div class="mt-4"><RentalsOf query=rentals all /></div>
+            <div class="mt-4"><RentalsOf data=rentals all /></div>
         </section>
         <section class="card mt-6" aria-labelledby="account-audit">
             <h2 id="account-audit" class="text-lg font-semibold text-slate-900">"Admin actions"</h2>
@@ -109,25 +120,28 @@ fn Account(detail: AccountDetail) -> impl IntoView {
 
 #[component]
 pub fn AdminHostPage() -> impl IntoView {
+    let id = id_param();
+    let history = account_resource(Audience::Admins, id, get_host_history);
+    let rentals = RentalTableData::load(move || AdminRentalQuery {
+        host_id: Some(id()),
+        per_page: Some(10),
+        ..AdminRentalQuery::default()
+    });
     view! {
         <Title text="Host · Admin" />
-        <RequireSignIn children=|me: Viewer| admins_only(me, || view! { <AdminHost /> }) />
+        <RequireSignIn children=move |me: Viewer| admins_only(me, || view! { <AdminHost id=id() history rentals /> }) />
     }
 }
 
 #[component]
-fn AdminHost() -> impl IntoView {
-    let id = id_param();
-    let history = Resource::new(id, get_host_history);
-    // Made here, not inside the history's `Await` (see `AdminAccount`).
-    let rentals = AdminRentalQuery { host_id: Some(id()), per_page: Some(10), ..AdminRentalQuery::default() };
-    let all = format!("/admin/rentals?host_id={}", id());
+fn AdminHost(id: i64, history: Resource<Result<HostHistory, AppError>>, rentals: RentalTableData) -> impl IntoView {
+    let all = format!("/admin/rentals?host_id={id}");
     view! {
         <p class="text-sm"><a class="text-indigo-700 hover:underline" href="/admin/hosts">"← Hosts"</a></p>
         <Await resource=history skeleton="h-64" class="mt-4" ready=|history| view! { <Host history /> } />
         <section class="card mt-6" aria-labelledby="host-rentals">
             <h2 id="host-rentals" class="text-lg font-semibold text-slate-900">"Rentals"</h2>
-            <div class="mt-4"><RentalsOf query=rentals all /></div>
+            <div class="mt-4"><RentalsOf data=rentals all /></div>
         </section>
     }
 }

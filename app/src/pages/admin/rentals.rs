@@ -8,7 +8,7 @@ use crate::{
         form::INPUT,
         kit::{Await, Col, DataTable},
         money::dollars,
-        session::RequireSignIn,
+        session::{Audience, RequireSignIn, account_resource},
     },
     pages::rentals::{StateBadge, kind_label},
     server_fns::admin::{RefundRental, list_all_rentals},
@@ -26,19 +26,8 @@ use leptos_router::hooks::use_query_map;
 
 #[component]
 pub fn AdminRentalsPage() -> impl IntoView {
-    view! {
-        <Title text="Rentals · Admin" />
-        <RequireSignIn children=|me: Viewer| admins_only(me, || view! { <AdminRentals /> }) />
-    }
-}
-
-const FILTERS: [&str; 6] = ["state", "kind", "host_id", "renter", "since", "until"];
-
-#[component]
-fn AdminRentals() -> impl IntoView {
     let params = use_query_map();
-    let chosen = move |key: &'static str| params.with(|p| p.get(key).unwrap_or_default());
-    let query = move || {
+    let table = RentalTableData::load(move || {
         params.with(|p| {
             let text = |key: &str| p.get(key).filter(|v| !v.trim().is_empty());
             AdminRentalQuery {
@@ -53,7 +42,19 @@ fn AdminRentals() -> impl IntoView {
                 per_page: None,
             }
         })
-    };
+    });
+    view! {
+        <Title text="Rentals · Admin" />
+        <RequireSignIn children=move |me: Viewer| admins_only(me, || view! { <AdminRentals table /> }) />
+    }
+}
+
+const FILTERS: [&str; 6] = ["state", "kind", "host_id", "renter", "since", "until"];
+
+#[component]
+fn AdminRentals(table: RentalTableData) -> impl IntoView {
+    let params = use_query_map();
+    let chosen = move |key: &'static str| params.with(|p| p.get(key).unwrap_or_default());
     let link = move |page: u32| {
         params.with(|p| {
             let mut pairs: Vec<String> = FILTERS
@@ -103,25 +104,41 @@ fn AdminRentals() -> impl IntoView {
             <button type="submit" class="btn-secondary">"Filter"</button>
         </form>
         <section class="card mt-6" aria-label="Rentals">
-            <RentalTable query=Signal::derive(query) pager=Some(Callback::new(link)) />
+            <RentalTable data=table pager=Some(Callback::new(link)) />
         </section>
     }
 }
 
-/// The first rentals that `query` finds (an account's, a host's), with a link to all of them.
+/// What a table of rentals loads and sends, made where the page starts (see `session`'s
+/// module doc).
+#[derive(Clone, Copy)]
+pub struct RentalTableData {
+    refund: ServerAction<RefundRental>,
+    page: Resource<Result<AdminRentalPage, AppError>>,
+}
+
+impl RentalTableData {
+    pub fn load(query: impl Fn() -> AdminRentalQuery + Send + Sync + 'static) -> Self {
+        let refund = ServerAction::<RefundRental>::new();
+        let page =
+            account_resource(Audience::Admins, move || (query(), refund.version().get()), |(q, _)| list_all_rentals(q));
+        Self { refund, page }
+    }
+}
+
+/// The first rentals that `data` found (an account's, a host's), with a link to all of them.
 #[component]
-pub fn RentalsOf(query: AdminRentalQuery, all: String) -> impl IntoView {
+pub fn RentalsOf(data: RentalTableData, all: String) -> impl IntoView {
     view! {
-        <RentalTable query=Signal::stored(query) pager=None />
+        <RentalTable data pager=None />
         <p class="mt-3 text-right text-sm"><a class="text-indigo-700 hover:underline" href=all>"All these rentals →"</a></p>
     }
 }
 
-/// Rentals found by `query`, each refundable in place; `pager` links to another page.
+/// Rentals found by a query, each refundable in place; `pager` links to another page.
 #[component]
-fn RentalTable(query: Signal<AdminRentalQuery>, pager: Option<Callback<u32, String>>) -> impl IntoView {
-    let refund = ServerAction::<RefundRental>::new();
-    let page = Resource::new(move || (query.get(), refund.version().get()), |(q, _)| list_all_rentals(q));
+fn RentalTable(data: RentalTableData, pager: Option<Callback<u32, String>>) -> impl IntoView {
+    let RentalTableData { refund, page } = data;
     let outcome = move || {
         refund.value().get().map(|result| match result {
             Ok(rental) => view! {

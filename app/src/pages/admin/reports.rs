@@ -7,11 +7,12 @@ use crate::{
         bars::{Bar, BarChart},
         kit::{Await, Col, DataTable},
         money::{Stat, dollars},
-        session::RequireSignIn,
+        session::{Audience, RequireSignIn, account_resource},
     },
     server_fns::admin::admin_report,
 };
 use cardpool_domain::{
+    AppError,
     account::Viewer,
     reports::{Period, Report, ReportBucket, ReportQuery},
 };
@@ -21,9 +22,17 @@ use leptos_router::hooks::use_query_map;
 
 #[component]
 pub fn AdminReportsPage() -> impl IntoView {
+    let params = use_query_map();
+    let period =
+        Signal::derive(move || params.with(|p| p.get("period").and_then(|p| Period::parse(&p)).unwrap_or_default()));
+    let report = account_resource(
+        Audience::Admins,
+        move || period.get(),
+        |period| admin_report(ReportQuery { period: Some(period.as_str().into()), buckets: None }),
+    );
     view! {
         <Title text="Reports · Admin" />
-        <RequireSignIn children=|me: Viewer| admins_only(me, || view! { <AdminReports /> }) />
+        <RequireSignIn children=move |me: Viewer| admins_only(me, || view! { <AdminReports period report /> }) />
     }
 }
 
@@ -52,12 +61,8 @@ fn bucket_label(period: Period, bucket: &ReportBucket) -> String {
 }
 
 #[component]
-fn AdminReports() -> impl IntoView {
-    let params = use_query_map();
-    let period = move || params.with(|p| p.get("period").and_then(|p| Period::parse(&p)).unwrap_or_default());
-    let report = Resource::new(period, |period| {
-        admin_report(ReportQuery { period: Some(period.as_str().into()), buckets: None })
-    });
+fn AdminReports(period: Signal<Period>, report: Resource<Result<Report, AppError>>) -> impl IntoView {
+    let period = move || period.get();
     view! {
         <div class="flex flex-wrap items-end justify-between gap-4">
             <div>

@@ -6,29 +6,35 @@ use crate::{
     components::{
         form::{FormAlert, form_error},
         kit::{Await, Badge, Col, DataTable, Tone},
-        session::RequireSignIn,
+        session::{Audience, RequireSignIn, account_resource},
     },
     server_fns::admin::{AccountAction, list_users},
 };
-use cardpool_domain::account::{UserSummary, Viewer};
+use cardpool_domain::{
+    AppError,
+    account::{UserSummary, Viewer},
+};
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 #[component]
 pub fn AdminUsersPage() -> impl IntoView {
+    let act = ServerAction::<AccountAction>::new();
+    let query = use_query_map();
+    let search = move || query.with(|q| q.get("q").unwrap_or_default());
+    let users =
+        account_resource(Audience::Admins, move || (search(), act.version().get()), |(q, _)| list_users(Some(q)));
     view! {
         <Title text="Users · Admin" />
-        <RequireSignIn children=|me: Viewer| admins_only(me, || view! { <AdminUsers /> }) />
+        <RequireSignIn children=move |me: Viewer| admins_only(me, || view! { <AdminUsers act users /> }) />
     }
 }
 
 #[component]
-fn AdminUsers() -> impl IntoView {
-    let act = ServerAction::<AccountAction>::new();
+fn AdminUsers(act: ServerAction<AccountAction>, users: Resource<Result<Vec<UserSummary>, AppError>>) -> impl IntoView {
     let query = use_query_map();
     let search = move || query.with(|q| q.get("q").unwrap_or_default());
-    let users = Resource::new(move || (search(), act.version().get()), |(q, _)| list_users(Some(q)));
     let value = act.value();
     view! {
         <div class="flex flex-wrap items-end justify-between gap-4">
