@@ -97,7 +97,8 @@ pub fn reload_to(path: &str) {
     let _ = path;
 }
 
-/// Renders `children` with the signed-in account, or a prompt to sign in.
+/// Renders `children` with the signed-in account, or a prompt to sign in. `children` may run
+/// more than once on the server: it makes no resource (see the module doc).
 #[component]
 pub fn RequireSignIn<F, IV>(children: F) -> impl IntoView
 where
