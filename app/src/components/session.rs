@@ -86,6 +86,15 @@ where
     })
 }
 
+/// A signed-in page's list, read again whenever one of the two actions that change it has run.
+pub fn account_list<T, Fut>(changes: [RwSignal<usize>; 2], list: fn() -> Fut) -> Resource<Result<T, AppError>>
+where
+    T: Serialize + DeserializeOwned + Send + Sync + 'static,
+    Fut: Future<Output = Result<T, AppError>> + Send + 'static,
+{
+    account_resource(Audience::Accounts, move || changes.map(|c| c.get()), move |_| list())
+}
+
 /// Full page load of `path`: after signing in or out every part of the page must re-read the
 /// session, which a client-side navigation would not do.
 pub fn reload_to(path: &str) {

@@ -4,7 +4,7 @@ use crate::{
     components::{
         form::{Field, FormAlert, SubmitButton, field_error, form_error},
         kit::{AwaitList, Col, DataTable},
-        session::{Audience, RequireSignIn, account_resource},
+        session::{RequireSignIn, account_list},
     },
     server_fns::api_tokens::{CreateApiToken, RevokeApiToken, list_api_tokens},
 };
@@ -19,11 +19,7 @@ use leptos_meta::Title;
 pub fn ApiTokensPage() -> impl IntoView {
     let create = ServerAction::<CreateApiToken>::new();
     let revoke = ServerAction::<RevokeApiToken>::new();
-    let tokens = account_resource(
-        Audience::Accounts,
-        move || (create.version().get(), revoke.version().get()),
-        |_| list_api_tokens(),
-    );
+    let tokens = account_list([create.version(), revoke.version()], list_api_tokens);
     view! {
         <Title text="API tokens" />
         <RequireSignIn children=move |_me: Viewer| view! { <ApiTokens create revoke tokens /> } />

@@ -5,7 +5,7 @@ use crate::{
     components::{
         form::{Field, FormAlert, SubmitButton, field_error, form_error},
         kit::{AwaitList, Col, DataTable},
-        session::{Audience, RequireSignIn, account_resource},
+        session::{RequireSignIn, account_list},
     },
     server_fns::ssh_keys::{AddSshKey, RemoveSshKey, list_ssh_keys},
 };
@@ -20,11 +20,7 @@ use leptos_meta::Title;
 pub fn SshKeysPage() -> impl IntoView {
     let add = ServerAction::<AddSshKey>::new();
     let remove = ServerAction::<RemoveSshKey>::new();
-    let keys = account_resource(
-        Audience::Accounts,
-        move || (add.version().get(), remove.version().get()),
-        |_| list_ssh_keys(),
-    );
+    let keys = account_list([add.version(), remove.version()], list_ssh_keys);
     view! {
         <Title text="SSH keys" />
         <RequireSignIn children=move |_me: Viewer| view! { <SshKeys add remove keys /> } />

@@ -6,7 +6,7 @@ use crate::{
     components::{
         form::{Field, FormAlert, SubmitButton, field_error, form_error},
         kit::{AwaitList, Badge, Col, DataTable, ErrorAlert, Tone, in_browser, poll},
-        session::{Audience, RequireSignIn, account_resource},
+        session::{RequireSignIn, account_list},
     },
     server_fns::notifications::{CreateWebhook, DeleteWebhook, SendTestEvent, list_deliveries, list_webhooks},
 };
@@ -22,11 +22,7 @@ use leptos_meta::Title;
 pub fn WebhooksPage() -> impl IntoView {
     let create = ServerAction::<CreateWebhook>::new();
     let delete = ServerAction::<DeleteWebhook>::new();
-    let hooks = account_resource(
-        Audience::Accounts,
-        move || (create.version().get(), delete.version().get()),
-        |_| list_webhooks(),
-    );
+    let hooks = account_list([create.version(), delete.version()], list_webhooks);
     view! {
         <Title text="Webhooks" />
         <RequireSignIn children=move |_me: Viewer| view! { <Webhooks create delete hooks /> } />
