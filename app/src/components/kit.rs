@@ -57,7 +57,8 @@ pub fn ErrorAlert(#[prop(into)] message: String, #[prop(optional)] class: &'stat
 /// Shows what `resource` loads: `ready(value)` once it is there, an [`ErrorAlert`] if it
 /// failed, and meanwhile `loading` (a line of text, "Loading…" by default) or, with
 /// `skeleton` (its size classes, e.g. `"h-28"`), a pulsing block. `class` spaces the loading
-/// line and the alert.
+/// line and the alert. `ready` may run more than once on the server, so it makes no resource
+/// (see `session`'s module doc).
 #[component]
 pub fn Await<T, V, F>(
     resource: Resource<Result<T, AppError>>,
