@@ -38,8 +38,11 @@ if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
 fi
 
 if ! cargo leptos --version 2>/dev/null | grep -q "$CARGO_LEPTOS_VERSION"; then
-  say "cargo install cargo-leptos $CARGO_LEPTOS_VERSION (a one-off; ~35 min on 2 cores)"
-  cargo install cargo-leptos --version "$CARGO_LEPTOS_VERSION" --locked
+  # Its own release profile is fat LTO in one codegen unit, which took ~35 min on 2 cores; a
+  # build tool needs none of that, so it is built with a plain optimised profile instead.
+  say "cargo install cargo-leptos $CARGO_LEPTOS_VERSION (a one-off)"
+  CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
+    cargo install cargo-leptos --version "$CARGO_LEPTOS_VERSION" --locked
 fi
 
 if ! wasm-bindgen --version 2>/dev/null | grep -q "$WASM_BINDGEN_VERSION"; then

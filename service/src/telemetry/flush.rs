@@ -15,7 +15,7 @@ use crate::{
     db::{DbResultExt, Sql},
 };
 use cardpool_domain::{offers::profile_sevenths, rentals::RentalState};
-use chrono::{DateTime, TimeZone, Utc};
+use chrono::{DateTime, SecondsFormat, TimeZone, Utc};
 use sea_orm::{ConnectionTrait, DbBackend, FromQueryResult, Statement};
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -23,9 +23,20 @@ use std::{
 };
 use tokio::sync::watch;
 
-/// Rows one statement writes at most (14 parameters a rollup row, well within SQLite's 32,766
-/// and PostgreSQL's 65,535).
+/// Rows one SQLite statement writes at most (14 parameters a rollup row, well within its limit of
+/// 32,766). PostgreSQL takes every row in one statement: each column is one parameter there.
 const ROWS_PER_STATEMENT: usize = 1_000;
+
+/// Rows or ids one statement takes on `backend`.
+fn per_statement(backend: DbBackend) -> usize {
+    if backend == DbBackend::Postgres { usize::MAX } else { ROWS_PER_STATEMENT }
+}
+
+/// One value of a row the flush writes: an integer (`bigint`) or an instant (`timestamptz`).
+enum Cell {
+    Int(i64),
+    At(DateTime<Utc>),
+}
 
 /// How a host's cursor moves in a batch: from `base` (where this replica's memory had it when
 /// the batch first took a frame of the host) to `(stream, sequence)`.
@@ -175,9 +186,29 @@ async fn write(services: &Services, batch: &Batch) -> AppResult<HashSet<i64>> {
     Ok(refused)
 }
 
-/// `IN (…)` over `ids`, one bound parameter each.
-fn id_list(sql: &mut Sql, ids: &[i64]) -> String {
-    ids.iter().map(|id| sql.bind(*id)).collect::<Vec<_>>().join(", ")
+/// `column` is one of `ids`: on SQLite `IN (…)` with a parameter each, on PostgreSQL one array
+/// parameter, so a fleet's hosts are one statement whose text does not grow with them.
+fn among(sql: &mut Sql, column: &str, ids: &[i64]) -> String {
+    if sql.backend == DbBackend::Postgres {
+        let array = sql.bind(array_literal(ids.iter().map(i64::to_string)));
+        return format!("{column} = ANY({array}::bigint[])");
+    }
+    let list: Vec<String> = ids.iter().map(|id| sql.bind(*id)).collect();
+    format!("{column} IN ({})", list.join(", "))
+}
+
+/// PostgreSQL's text form of an array of `items`, which need no quoting (numbers, RFC 3339
+/// instants).
+fn array_literal(items: impl Iterator<Item = String>) -> String {
+    let mut text = String::from("{");
+    for (i, item) in items.enumerate() {
+        if i > 0 {
+            text.push(',');
+        }
+        text.push_str(&item);
+    }
+    text.push('}');
+    text
 }
 
 /// The cursors `(stream, sequence)` of the hosts that have one, locked until the transaction
@@ -192,11 +223,11 @@ async fn lock_cursors(conn: &impl ConnectionTrait, hosts: &[i64]) -> AppResult<H
     let backend = conn.get_database_backend();
     let lock = if backend == DbBackend::Postgres { " ORDER BY host_id FOR UPDATE" } else { "" };
     let mut cursors = HashMap::new();
-    for chunk in hosts.chunks(ROWS_PER_STATEMENT) {
+    for chunk in hosts.chunks(per_statement(backend)) {
         let mut sql = Sql::new(backend);
         let text = format!(
-            "SELECT host_id, stream, sequence FROM telemetry_cursors WHERE host_id IN ({}){lock}",
-            id_list(&mut sql, chunk)
+            "SELECT host_id, stream, sequence FROM telemetry_cursors WHERE {}{lock}",
+            among(&mut sql, "host_id", chunk)
         );
         let rows = Row::find_by_statement(Statement::from_sql_and_values(backend, text, sql.values))
             .all(conn)
@@ -207,46 +238,92 @@ async fn lock_cursors(conn: &impl ConnectionTrait, hosts: &[i64]) -> AppResult<H
     Ok(cursors)
 }
 
-/// Writes `rows` by `statement` (an `INSERT ... VALUES {rows} ...` given the VALUES list),
-/// [`ROWS_PER_STATEMENT`] at a time; `bind` binds one row's values and returns their
-/// placeholders.
-async fn write_rows<R>(
+/// What a flush statement writes: `columns` of `table`, and what to do with a row whose key is
+/// there already (`ON CONFLICT …`).
+struct Upsert<const N: usize> {
+    table: &'static str,
+    columns: [&'static str; N],
+    on_conflict: String,
+}
+
+/// Writes `rows` (each given as its [`Cell`]s by `cells`) as `upsert` says. SQLite gets them
+/// as `VALUES` lists, [`ROWS_PER_STATEMENT`] at a time; PostgreSQL gets all of them in one
+/// statement with one array per column (`unnest`), so that it parses one short statement per
+/// table instead of one with thousands of parameters per thousand rows.
+async fn write_rows<R, const N: usize>(
     conn: &impl ConnectionTrait,
     rows: &[R],
-    statement: impl Fn(&str) -> String,
-    bind: impl Fn(&mut Sql, &R) -> Vec<String>,
+    upsert: &Upsert<N>,
+    cells: impl Fn(&R) -> [Cell; N],
     doing: &'static str,
 ) -> AppResult<()> {
     let backend = conn.get_database_backend();
-    for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+    let columns = upsert.columns.join(", ");
+    for chunk in rows.chunks(per_statement(backend)) {
         let mut sql = Sql::new(backend);
-        let values: Vec<String> = chunk.iter().map(|row| format!("({})", bind(&mut sql, row).join(", "))).collect();
-        let text = statement(&values.join(", "));
+        let source = if backend == DbBackend::Postgres {
+            let mut texts: [Vec<String>; N] = std::array::from_fn(|_| Vec::with_capacity(chunk.len()));
+            let mut types = ["bigint[]"; N];
+            for row in chunk {
+                for (i, cell) in cells(row).into_iter().enumerate() {
+                    texts[i].push(match cell {
+                        Cell::Int(n) => n.to_string(),
+                        Cell::At(at) => {
+                            types[i] = "timestamptz[]";
+                            at.to_rfc3339_opts(SecondsFormat::Micros, true)
+                        }
+                    });
+                }
+            }
+            let arrays: Vec<String> = texts
+                .into_iter()
+                .zip(types)
+                .map(|(column, kind)| format!("{}::{kind}", sql.bind(array_literal(column.into_iter()))))
+                .collect();
+            format!("SELECT * FROM unnest({})", arrays.join(", "))
+        } else {
+            let values: Vec<String> = chunk
+                .iter()
+                .map(|row| {
+                    let placeholders: Vec<String> = cells(row)
+                        .into_iter()
+                        .map(|cell| match cell {
+                            Cell::Int(n) => sql.bind(n),
+                            Cell::At(at) => sql.bind(at),
+                        })
+                        .collect();
+                    format!("({})", placeholders.join(", "))
+                })
+                .collect();
+            format!("VALUES {}", values.join(", "))
+        };
+        let text = format!("INSERT INTO {} ({columns}) {source} {}", upsert.table, upsert.on_conflict);
         conn.execute_raw(Statement::from_sql_and_values(backend, text, sql.values)).await.context(doing)?;
     }
     Ok(())
 }
 
 async fn move_cursors(conn: &impl ConnectionTrait, moves: &[(&i64, &CursorMove)], now: DateTime<Utc>) -> AppResult<()> {
+    let upsert = Upsert {
+        table: "telemetry_cursors",
+        columns: ["host_id", "stream", "sequence", "frames", "dropped", "updated_at"],
+        on_conflict: "ON CONFLICT (host_id) DO UPDATE SET stream = excluded.stream, sequence = excluded.sequence, \
+             frames = telemetry_cursors.frames + excluded.frames, dropped = excluded.dropped, \
+             updated_at = excluded.updated_at"
+            .to_owned(),
+    };
     write_rows(
         conn,
         moves,
-        |rows| {
-            format!(
-                "INSERT INTO telemetry_cursors (host_id, stream, sequence, frames, dropped, updated_at) VALUES {rows} \
-                 ON CONFLICT (host_id) DO UPDATE SET stream = excluded.stream, sequence = excluded.sequence, \
-                 frames = telemetry_cursors.frames + excluded.frames, dropped = excluded.dropped, \
-                 updated_at = excluded.updated_at"
-            )
-        },
-        |sql, (host_id, m)| {
-            vec![
-                sql.bind(**host_id),
-                sql.bind(m.stream),
-                sql.bind(m.sequence),
-                sql.bind(m.frames),
-                sql.bind(m.dropped),
-                sql.bind(now),
+        &upsert,
+        |(host_id, m)| {
+            [
+                Cell::Int(**host_id),
+                Cell::Int(m.stream),
+                Cell::Int(m.sequence),
+                Cell::Int(m.frames),
+                Cell::Int(m.dropped),
+                Cell::At(now),
             ]
         },
         "moving telemetry cursors",
@@ -261,39 +338,54 @@ async fn upsert_rollups(conn: &impl ConnectionTrait, rollups: &[RollupRow<'_>]) 
         if conn.get_database_backend() == DbBackend::Postgres { ("LEAST", "GREATEST") } else { ("MIN", "MAX") };
     let add = |c: &str| format!("{c} = gpu_rollups.{c} + excluded.{c}");
     let sums = ["samples", "util_sum", "memory_used_sum", "temperature_sum", "power_sum_mw", "energy_mj"].map(add);
+    let upsert = Upsert {
+        table: "gpu_rollups",
+        columns: [
+            "host_id",
+            "gpu_index",
+            "minute",
+            "samples",
+            "util_sum",
+            "util_min",
+            "util_max",
+            "memory_used_sum",
+            "memory_used_max",
+            "temperature_sum",
+            "temperature_max",
+            "power_sum_mw",
+            "power_max_mw",
+            "energy_mj",
+        ],
+        on_conflict: format!(
+            "ON CONFLICT (host_id, gpu_index, minute) DO UPDATE SET {}, \
+             util_min = {least}(gpu_rollups.util_min, excluded.util_min), \
+             util_max = {greatest}(gpu_rollups.util_max, excluded.util_max), \
+             memory_used_max = {greatest}(gpu_rollups.memory_used_max, excluded.memory_used_max), \
+             temperature_max = {greatest}(gpu_rollups.temperature_max, excluded.temperature_max), \
+             power_max_mw = {greatest}(gpu_rollups.power_max_mw, excluded.power_max_mw)",
+            sums.join(", ")
+        ),
+    };
     write_rows(
         conn,
         rollups,
-        |rows| {
-            format!(
-                "INSERT INTO gpu_rollups (host_id, gpu_index, minute, samples, util_sum, util_min, util_max, \
-                 memory_used_sum, memory_used_max, temperature_sum, temperature_max, power_sum_mw, power_max_mw, \
-                 energy_mj) VALUES {rows} ON CONFLICT (host_id, gpu_index, minute) DO UPDATE SET {}, \
-                 util_min = {least}(gpu_rollups.util_min, excluded.util_min), \
-                 util_max = {greatest}(gpu_rollups.util_max, excluded.util_max), \
-                 memory_used_max = {greatest}(gpu_rollups.memory_used_max, excluded.memory_used_max), \
-                 temperature_max = {greatest}(gpu_rollups.temperature_max, excluded.temperature_max), \
-                 power_max_mw = {greatest}(gpu_rollups.power_max_mw, excluded.power_max_mw)",
-                sums.join(", ")
-            )
-        },
-        |sql, ((host_id, index, minute_ms), r)| {
-            let minute = Utc.timestamp_millis_opt(*minute_ms).single().unwrap_or_default();
-            vec![
-                sql.bind(*host_id),
-                sql.bind(i32::try_from(*index).unwrap_or(i32::MAX)),
-                sql.bind(minute),
-                sql.bind(r.samples as i32),
-                sql.bind(r.util_sum),
-                sql.bind(r.util_min as i32),
-                sql.bind(r.util_max as i32),
-                sql.bind(r.memory_sum),
-                sql.bind(r.memory_max),
-                sql.bind(r.temperature_sum),
-                sql.bind(r.temperature_max as i32),
-                sql.bind(r.power_sum),
-                sql.bind(r.power_max),
-                sql.bind(r.energy_mj),
+        &upsert,
+        |((host_id, index, minute_ms), r)| {
+            [
+                Cell::Int(*host_id),
+                Cell::Int(i64::from(*index)),
+                Cell::At(Utc.timestamp_millis_opt(*minute_ms).single().unwrap_or_default()),
+                Cell::Int(r.samples),
+                Cell::Int(r.util_sum),
+                Cell::Int(r.util_min),
+                Cell::Int(r.util_max),
+                Cell::Int(r.memory_sum),
+                Cell::Int(r.memory_max),
+                Cell::Int(r.temperature_sum),
+                Cell::Int(r.temperature_max),
+                Cell::Int(r.power_sum),
+                Cell::Int(r.power_max),
+                Cell::Int(r.energy_mj),
             ]
         },
         "storing telemetry rollups",
@@ -303,18 +395,18 @@ async fn upsert_rollups(conn: &impl ConnectionTrait, rollups: &[RollupRow<'_>]) 
 
 async fn add_energy(conn: &impl ConnectionTrait, energy: &BTreeMap<(i64, u32), i64>) -> AppResult<()> {
     let energy: Vec<_> = energy.iter().collect();
+    let upsert = Upsert {
+        table: "rental_energy",
+        columns: ["rental_id", "gpu_index", "energy_mj"],
+        on_conflict:
+            "ON CONFLICT (rental_id, gpu_index) DO UPDATE SET energy_mj = rental_energy.energy_mj + excluded.energy_mj"
+                .to_owned(),
+    };
     write_rows(
         conn,
         &energy,
-        |rows| {
-            format!(
-                "INSERT INTO rental_energy (rental_id, gpu_index, energy_mj) VALUES {rows} \
-                 ON CONFLICT (rental_id, gpu_index) DO UPDATE SET energy_mj = rental_energy.energy_mj + excluded.energy_mj"
-            )
-        },
-        |sql, ((rental, index), mj)| {
-            vec![sql.bind(*rental), sql.bind(i32::try_from(*index).unwrap_or(i32::MAX)), sql.bind(**mj)]
-        },
+        &upsert,
+        |((rental, index), mj)| [Cell::Int(*rental), Cell::Int(i64::from(*index)), Cell::Int(**mj)],
         "storing rental energy",
     )
     .await
@@ -340,9 +432,9 @@ pub(super) async fn live_rentals(
     }
     let backend = conn.get_database_backend();
     let mut live: HashMap<i64, Vec<LiveRental>> = HashMap::new();
-    for chunk in hosts.chunks(ROWS_PER_STATEMENT) {
+    for chunk in hosts.chunks(per_statement(backend)) {
         let mut sql = Sql::new(backend);
-        let hosts = id_list(&mut sql, chunk);
+        let hosts = among(&mut sql, "r.host_id", chunk);
         let active = sql.bind(true);
         let states: Vec<String> =
             [RentalState::Provisioning, RentalState::Running, RentalState::Stopping, RentalState::Preempting]
@@ -353,7 +445,7 @@ pub(super) async fn live_rentals(
         let text = format!(
             "SELECT r.host_id, r.id AS rental_id, g.device_index, g.mig_profile, r.running_since, r.billing_ends_at, r.stop_when_idle, r.state \
              FROM rentals r JOIN rental_gpus rg ON rg.rental_id = r.id JOIN gpus g ON g.id = rg.gpu_id \
-             WHERE r.host_id IN ({hosts}) AND ((rg.active = {active} AND r.state IN ({})) OR r.billing_ends_at >= {since})",
+             WHERE {hosts} AND ((rg.active = {active} AND r.state IN ({})) OR r.billing_ends_at >= {since})",
             states.join(", ")
         );
         let rows = Row::find_by_statement(Statement::from_sql_and_values(backend, text, sql.values))

@@ -80,8 +80,8 @@ async fn replays_duplicates_and_restarts_store_each_frame_once(backend: Backend)
 
     let ack = telemetry::ingest(&services, host, stream, &frames(1, 90, 2, 40, 100_000), 0).await.unwrap();
     assert_eq!(ack, Some(ServerMessage::TelemetryAck { stream, sequence: 90 }));
-    // The ack was lost: the agent replays 61..=90 with 91..=150 after it.
-    telemetry::ingest(&services, host, stream, &frames(61, 150, 2, 40, 100_000), 0).await.unwrap();
+    // The ack was lost: the agent replays 61..=90 with 91..=150 after it (busier from 91 on).
+    telemetry::ingest(&services, host, stream, &frames(61, 150, 2, 70, 100_000), 0).await.unwrap();
     // The very same message twice.
     for _ in 0..2 {
         let ack = telemetry::ingest(&services, host, stream, &frames(140, 150, 2, 40, 100_000), 0).await.unwrap();
@@ -96,6 +96,19 @@ async fn replays_duplicates_and_restarts_store_each_frame_once(backend: Backend)
     assert_eq!(first_minute[0].samples, 60, "one minute holds 60 one-second frames");
     assert_eq!(first_minute[0].util_sum, 60 * 40);
     assert_eq!(first_minute[0].energy_mj, 60 * 100_000, "100 W for 60 s is 6 kJ");
+    let minute = first_minute[0];
+    assert_eq!((minute.util_min, minute.util_max), (40, 40));
+    assert_eq!((minute.memory_used_sum, minute.memory_used_max), (60 << 30, 1 << 30));
+    assert_eq!((minute.temperature_sum, minute.temperature_max), (60 * 50, 50));
+    assert_eq!((minute.power_sum_mw, minute.power_max_mw), (60 * 100_000, 100_000));
+    // The second minute was written by both flushes: the second added to the first's sums and
+    // widened its range; the replayed 61..=90 (at 70 %) were not counted again.
+    let second_minute: Vec<_> =
+        rollups.iter().filter(|r| r.gpu_index == 1 && r.minute.timestamp_millis() == t0() + 60_000).collect();
+    assert_eq!(second_minute.len(), 1);
+    let minute = second_minute[0];
+    assert_eq!((minute.samples, minute.util_sum), (60, 30 * 40 + 30 * 70));
+    assert_eq!((minute.util_min, minute.util_max), (40, 70));
 
     // The agent restarts: a new, larger stream starts over at 1; an older stream's late frame is ignored.
     let later: Vec<TelemetryFrame> =
