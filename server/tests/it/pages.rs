@@ -3,7 +3,7 @@
 //! to someone signed in. Signed-in pages stream each resource's value once, which hydration
 //! relies on.
 
-use crate::common::{H100, TestApp, agent_dir};
+use crate::common::{H100, PASSWORD, TestApp, agent_dir};
 use cardpool_domain::host::GpuModelPrice;
 use cardpool_service::{Settings, backend_tests, hosts, testing::Backend};
 use reqwest::{Client, StatusCode, header};
@@ -84,12 +84,31 @@ async fn signed_in_pages_stream_each_resource_once(backend: Backend) {
     let (host, agent) = app.agent_host(2, agent_dir("streamed-once")).await;
     let renter = app.funded_renter("renter@example.com", 50).await;
     let rental = app.book_h100(&renter, host.state.host_id, json!({"command": "sleep 30"})).await;
+    cardpool_service::accounts::create_admin(&app.services, "boss@example.com", Some(PASSWORD)).await.unwrap();
+    let admin = app.browser();
+    assert_eq!(app.sign_in(&admin, "boss@example.com", PASSWORD).await.status(), StatusCode::OK);
+    let renter_id = app.get_json(&renter, "/api/v1/me").await["id"].as_i64().unwrap();
+    let host_id = host.state.host_id;
     let pages = [
         (&renter, format!("/rentals/{rental}"), 2, "the rental"),
         (&renter, "/rentals".to_owned(), 3, "rentals and gangs"),
         (&renter, "/wallet".to_owned(), 4, "wallet, history and limits"),
+        (&renter, "/notifications".to_owned(), 2, "the notifications"),
+        (&renter, "/account/tokens".to_owned(), 2, "the API tokens"),
+        (&renter, "/account/ssh-keys".to_owned(), 2, "the SSH keys"),
+        (&renter, "/account/webhooks".to_owned(), 2, "the webhooks (each one's deliveries load in the browser)"),
         (&host.provider, "/provider/hosts".to_owned(), 4, "hosts, the fleet's totals and alerts"),
-        (&host.provider, format!("/provider/hosts/{}", host.state.host_id), 2, "the host"),
+        (&host.provider, format!("/provider/hosts/{host_id}"), 2, "the host"),
+        (&host.provider, "/provider/earnings".to_owned(), 4, "earnings, their entries and energy"),
+        (&admin, "/admin/fleet".to_owned(), 3, "the fleet and its alerts"),
+        (&admin, "/admin/users".to_owned(), 2, "the accounts"),
+        (&admin, format!("/admin/users/{renter_id}"), 4, "the account, its audit trail and rentals"),
+        (&admin, "/admin/hosts".to_owned(), 2, "the hosts"),
+        (&admin, format!("/admin/hosts/{host_id}"), 3, "the host's history and rentals"),
+        (&admin, "/admin/rentals".to_owned(), 2, "the rentals"),
+        (&admin, "/admin/reports".to_owned(), 2, "the report"),
+        (&admin, "/admin/audit".to_owned(), 2, "the audit log"),
+        (&admin, "/admin/credits".to_owned(), 2, "the credits"),
     ];
     for (client, path, resources, what) in pages {
         // Several times: how often the server walked a boundary depended on timing.
