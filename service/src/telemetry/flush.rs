@@ -19,6 +19,7 @@ use chrono::{DateTime, SecondsFormat, TimeZone, Utc};
 use sea_orm::{ConnectionTrait, DbBackend, FromQueryResult, Statement};
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
+    fmt::Write as _,
     sync::{Arc, atomic::Ordering},
 };
 use tokio::sync::watch;
@@ -190,25 +191,35 @@ async fn write(services: &Services, batch: &Batch) -> AppResult<HashSet<i64>> {
 /// parameter, so a fleet's hosts are one statement whose text does not grow with them.
 fn among(sql: &mut Sql, column: &str, ids: &[i64]) -> String {
     if sql.backend == DbBackend::Postgres {
-        let array = sql.bind(array_literal(ids.iter().map(i64::to_string)));
+        let mut array = ArrayText::default();
+        for id in ids {
+            array.push(id);
+        }
+        let array = sql.bind(array.finish());
         return format!("{column} = ANY({array}::bigint[])");
     }
     let list: Vec<String> = ids.iter().map(|id| sql.bind(*id)).collect();
     format!("{column} IN ({})", list.join(", "))
 }
 
-/// PostgreSQL's text form of an array of `items`, which need no quoting (numbers, RFC 3339
-/// instants).
-fn array_literal(items: impl Iterator<Item = String>) -> String {
-    let mut text = String::from("{");
-    for (i, item) in items.enumerate() {
-        if i > 0 {
-            text.push(',');
-        }
-        text.push_str(&item);
+/// PostgreSQL's text form of an array (`{1,2,3}`), written as its items come; they need no
+/// quoting (numbers, RFC 3339 instants).
+#[derive(Default)]
+struct ArrayText(String);
+
+impl ArrayText {
+    fn push(&mut self, item: impl std::fmt::Display) {
+        self.0.push(if self.0.is_empty() { '{' } else { ',' });
+        let _ = write!(self.0, "{item}");
     }
-    text.push('}');
-    text
+
+    fn finish(mut self) -> String {
+        if self.0.is_empty() {
+            self.0.push('{');
+        }
+        self.0.push('}');
+        self.0
+    }
 }
 
 /// The cursors `(stream, sequence)` of the hosts that have one, locked until the transaction
@@ -262,37 +273,37 @@ async fn write_rows<R, const N: usize>(
     for chunk in rows.chunks(per_statement(backend)) {
         let mut sql = Sql::new(backend);
         let source = if backend == DbBackend::Postgres {
-            let mut texts: [Vec<String>; N] = std::array::from_fn(|_| Vec::with_capacity(chunk.len()));
+            let mut arrays: [ArrayText; N] = std::array::from_fn(|_| ArrayText::default());
             let mut types = ["bigint[]"; N];
             for row in chunk {
-                for (i, cell) in cells(row).into_iter().enumerate() {
-                    texts[i].push(match cell {
-                        Cell::Int(n) => n.to_string(),
+                for ((array, kind), cell) in arrays.iter_mut().zip(&mut types).zip(cells(row)) {
+                    match cell {
+                        Cell::Int(n) => array.push(n),
                         Cell::At(at) => {
-                            types[i] = "timestamptz[]";
-                            at.to_rfc3339_opts(SecondsFormat::Micros, true)
+                            *kind = "timestamptz[]";
+                            array.push(at.to_rfc3339_opts(SecondsFormat::Micros, true));
                         }
-                    });
+                    }
                 }
             }
-            let arrays: Vec<String> = texts
+            let arrays: Vec<String> = arrays
                 .into_iter()
                 .zip(types)
-                .map(|(column, kind)| format!("{}::{kind}", sql.bind(array_literal(column.into_iter()))))
+                .map(|(array, kind)| format!("{}::{kind}", sql.bind(array.finish())))
                 .collect();
             format!("SELECT * FROM unnest({})", arrays.join(", "))
         } else {
             let values: Vec<String> = chunk
                 .iter()
                 .map(|row| {
-                    let placeholders: Vec<String> = cells(row)
+                    let params: Vec<String> = cells(row)
                         .into_iter()
                         .map(|cell| match cell {
                             Cell::Int(n) => sql.bind(n),
                             Cell::At(at) => sql.bind(at),
                         })
                         .collect();
-                    format!("({})", placeholders.join(", "))
+                    format!("({})", params.join(", "))
                 })
                 .collect();
             format!("VALUES {}", values.join(", "))
