@@ -16,6 +16,10 @@
 //! `CARDPOOL_TEST_NATS_URL`, share the renters as a cluster's replicas would. Afterwards every
 //! hold ever made is checked pairwise: no GPU was held by two rentals over overlapping time,
 //! and the ledger balances.
+//!
+//! `BENCH_PROFILE=1` also prints, per accepted booking, the statements the services issued
+//! (counted and timed from the caller's side, so a round trip to SQLite's connection thread or
+//! to PostgreSQL is included): where the time of a booking goes.
 #![allow(clippy::print_stdout)] // printing the figures is the point
 
 use cardpool_domain::{
@@ -29,8 +33,9 @@ use cardpool_service::{
 };
 use sea_orm::{ConnectionTrait, Statement};
 use std::{
+    collections::HashMap,
     sync::{
-        Arc,
+        Arc, Mutex,
         atomic::{AtomicU64, Ordering},
     },
     time::{Duration, Instant},
@@ -49,6 +54,51 @@ struct Tally {
     errors: AtomicU64,
 }
 
+/// Statements seen, by their SQL text: how many and how long in all.
+#[derive(Default)]
+struct Profile(Mutex<HashMap<String, (u64, Duration)>>);
+
+impl Profile {
+    /// Connects with every statement counted into this profile.
+    async fn connect(self: &Arc<Self>, db: &TestDb) -> sea_orm::DatabaseConnection {
+        let mut conn = db.connect().await;
+        let profile = self.clone();
+        conn.set_metric_callback(move |info| {
+            let mut seen = profile.0.lock().expect("profile");
+            let entry = seen.entry(info.statement.sql.clone()).or_default();
+            entry.0 += 1;
+            entry.1 += info.elapsed;
+        });
+        conn
+    }
+
+    /// The statements seen so far, forgotten here.
+    fn take(&self) -> Vec<(String, (u64, Duration))> {
+        self.0.lock().expect("profile").drain().collect()
+    }
+}
+
+/// Prints the statements by total time, each per accepted booking.
+fn print_profile(mut seen: Vec<(String, (u64, Duration))>, accepted: u64) {
+    seen.sort_by_key(|(_, (_, total))| std::cmp::Reverse(*total));
+    let per = accepted.max(1) as f64;
+    let (count, total) = seen.iter().fold((0, Duration::ZERO), |(n, t), (_, (c, d))| (n + c, t + *d));
+    println!(
+        "  {:.1} statements and {:.2} ms of statement time per accepted booking; the most costly:",
+        count as f64 / per,
+        total.as_secs_f64() * 1e3 / per
+    );
+    for (sql, (n, total)) in seen.iter().take(25) {
+        let sql: String = sql.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(110).collect();
+        println!(
+            "  {:>6.2}× {:>7.1} µs each {:>6.3} ms/booking  {sql}",
+            *n as f64 / per,
+            total.as_secs_f64() * 1e6 / *n as f64,
+            total.as_secs_f64() * 1e3 / per
+        );
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let clients = env("BENCH_CLIENTS", 32) as usize;
@@ -56,6 +106,7 @@ async fn main() {
     let seconds = env("BENCH_SECONDS", 10);
     let replica_count = env("BENCH_REPLICAS", 1).max(1) as usize;
     let wanted = std::env::args().nth(1);
+    let profiling = env("BENCH_PROFILE", 0) == 1;
     println!(
         "booking benchmark: {clients} concurrent renters, {host_count} hosts × 8 GPUs, {seconds} s per backend, 1–4 GPUs per booking"
     );
@@ -68,7 +119,9 @@ async fn main() {
         .filter(|(_, n)| wanted.as_deref().is_none_or(|w| w == *n))
     {
         let db = TestDb::new(backend).await;
-        let services = Services::new(db.connect().await, Settings::default()).await.expect("services");
+        let profile = Arc::new(Profile::default());
+        let connect = async || if profiling { profile.connect(&db).await } else { db.connect().await };
+        let services = Services::new(connect().await, Settings::default()).await.expect("services");
         // SQLite is one process's file: its replicas are PostgreSQL's.
         let replicas = if backend == Backend::Postgres { replica_count } else { 1 };
         let mut fleet = vec![services.clone()];
@@ -77,7 +130,7 @@ async fn main() {
             fleet.clear();
             for _ in 0..replicas {
                 let settings = Settings { nats_url: Some(nats.clone()), ..Settings::default() };
-                fleet.push(Services::new(db.connect().await, settings).await.expect("replica"));
+                fleet.push(Services::new(connect().await, settings).await.expect("replica"));
             }
         }
         let provider = testing::provider(&services, "provider@bench.example").await;
@@ -90,6 +143,7 @@ async fn main() {
             renters.push(testing::renter(&services, &format!("renter-{i}@bench.example")).dollars(1_000_000).await);
         }
         let tally = Arc::new(Tally::default());
+        profile.take(); // the set-up's statements are not the bench's
         let deadline = Instant::now() + Duration::from_secs(seconds);
         let started = Instant::now();
         let mut tasks = Vec::new();
@@ -137,6 +191,7 @@ async fn main() {
             task.await.expect("client");
         }
         let elapsed = started.elapsed().as_secs_f64();
+        let statements = profile.take();
         // Every hold ever made, active or released (released holds keep their real interval).
         let overlaps = services
             .db
@@ -163,5 +218,8 @@ async fn main() {
             overlaps,
             if sound { "sound" } else { "UNSOUND" }
         );
+        if profiling {
+            print_profile(statements, accepted);
+        }
     }
 }

@@ -11,7 +11,7 @@
 use super::{
     allocation::{FreeGpu, blockers, choose_gpus, physical_gpu},
     pricing::cost,
-    spot::{DEMAND, check_bid, give_preemption_notice, reprice_spot},
+    spot::{DEMAND, check_bid, give_preemption_notice, reprice_spot_at},
     state::{STARTED_OR_WAITING, names, open_end, record},
     views::dto,
 };
@@ -121,7 +121,7 @@ pub(super) async fn book_in(
     };
     record(txn, rental.id, RentalState::Requested, &reason, now).await?;
     let host_id = quote.host.id;
-    reprice_spot(services, txn, host_id, &request.gpu_model, now).await?;
+    reprice_spot_at(services, txn, &quote.prices, now).await?;
     let stock_change = stock::refresh_stock(txn, host_id).await?;
     tracing::info!(rental.id = rental.id, host.id = host_id, kind = request.kind.as_str(), gpus = ?choice.gpus, "rental booked");
     Ok(Booked { rental, stock_change })
@@ -222,6 +222,8 @@ fn validate_workload(workload: &Workload) -> AppResult<()> {
 /// wallet must hold before it starts (an hour, or the whole reservation).
 pub(super) struct Quote {
     pub host: hosts::Model,
+    /// The host's prices of the model, read once for the quote and the spot repricing.
+    pub prices: host_prices::Model,
     pub price: i64,
     pub bid: Option<i64>,
     pub upfront: i64,
@@ -283,7 +285,7 @@ pub(super) async fn quote(
             format_dollars(upfront - balance)
         )));
     }
-    Ok(Quote { host, price, bid, upfront })
+    Ok(Quote { host, prices, price, bid, upfront })
 }
 
 /// The host's units of the model for sale (whole GPUs, or slices of one profile), in device
@@ -466,22 +468,21 @@ async fn hold(
     .insert(txn)
     .await
     .context("recording rental")?;
-    for unit in chosen {
-        rental_gpus::Entity::insert(rental_gpus::ActiveModel {
-            rental_id: Set(rental.id),
-            gpu_id: Set(unit.id),
-            starts_at: Set(start),
-            ends_at: Set(end),
-            active: Set(true),
-            physical_gpu_id: Set(physical_gpu(unit)),
-            slot_from: Set(unit.slot_from),
-            slot_to: Set(unit.slot_to),
-            ..Default::default()
-        })
-        .exec_without_returning(txn)
-        .await
-        .or_violation(NO_OVERLAP, taken, "holding gpus")?;
-    }
+    // One statement for all the holds (a booking holds at most `MAX_GPUS`).
+    rental_gpus::Entity::insert_many(chosen.iter().map(|unit| rental_gpus::ActiveModel {
+        rental_id: Set(rental.id),
+        gpu_id: Set(unit.id),
+        starts_at: Set(start),
+        ends_at: Set(end),
+        active: Set(true),
+        physical_gpu_id: Set(physical_gpu(unit)),
+        slot_from: Set(unit.slot_from),
+        slot_to: Set(unit.slot_to),
+        ..Default::default()
+    }))
+    .exec_without_returning(txn)
+    .await
+    .or_violation(NO_OVERLAP, taken, "holding gpus")?;
     Ok(rental)
 }
 

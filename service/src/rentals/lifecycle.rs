@@ -39,6 +39,26 @@ pub(super) async fn after_change(
     Ok(rental)
 }
 
+/// Refreshes the host's offer stock when `rental` has just released its GPUs. Only a terminal
+/// state does (see `apply`): any other step leaves the holds, and so the stock, as they were,
+/// and skips the refresh's statements.
+async fn refresh_if_released(
+    txn: &DatabaseTransaction,
+    rental: &rentals::Model,
+) -> AppResult<Option<stock::StockChange>> {
+    if RentalState::parse(&rental.state).is_some_and(RentalState::is_terminal) {
+        Ok(Some(stock::refresh_stock(txn, rental.host_id).await?))
+    } else {
+        Ok(None)
+    }
+}
+
+fn published(change: Option<stock::StockChange>, services: &Services) {
+    if let Some(change) = change {
+        change.published(services);
+    }
+}
+
 /// Moves a rental along the state machine, recording why; a terminal state releases its GPUs
 /// and settles its bill.
 pub async fn transition(services: &Services, rental_id: i64, next: RentalState, reason: &str) -> AppResult<Rental> {
@@ -47,9 +67,9 @@ pub async fn transition(services: &Services, rental_id: i64, next: RentalState, 
     let rental = load_for_update(&txn, rental_id).await?;
     let host_id = rental.host_id;
     let rental = after_change(services, &txn, apply(&txn, rental, next, reason, now).await?, now).await?;
-    let stock_change = stock::refresh_stock(&txn, host_id).await?;
+    let stock_change = refresh_if_released(&txn, &rental).await?;
     txn.commit().await.context("committing rental transition")?;
-    stock_change.published(services);
+    published(stock_change, services);
     services.wake_host(host_id);
     dto(&services.db, rental).await
 }
@@ -118,9 +138,9 @@ async fn stop(
         apply(&txn, rental, RentalState::Stopping, &format!("stop requested by {by}"), now).await?
     };
     let rental = after_change(services, &txn, rental, now).await?;
-    let stock_change = stock::refresh_stock(&txn, host_id).await?;
+    let stock_change = refresh_if_released(&txn, &rental).await?;
     txn.commit().await.context("committing stop")?;
-    stock_change.published(services);
+    published(stock_change, services);
     services.wake_host(host_id);
     dto(&services.db, rental).await
 }
@@ -213,10 +233,10 @@ pub async fn record_workload_status(
         rental = update.update(&txn).await.context("starting billing")?;
     }
     let rental = apply(&txn, rental, next, &reason, now).await?;
-    after_change(services, &txn, rental, now).await?;
-    let stock_change = stock::refresh_stock(&txn, host_id).await?;
+    let rental = after_change(services, &txn, rental, now).await?;
+    let stock_change = refresh_if_released(&txn, &rental).await?;
     txn.commit().await.context("committing workload report")?;
-    stock_change.published(services);
+    published(stock_change, services);
     services.telemetry.rentals_changed(host_id);
     tracing::info!(rental.id = rental_id, host.id = host_id, state = next.as_str(), "rental {reason}");
     Ok(())

@@ -10,8 +10,8 @@ use super::{
 use crate::{
     AppError, AppResult, Services,
     auth::Principal,
-    db::DbResultExt,
-    entities::{gpus, host_prices, rentals, spot_prices},
+    db::{DbResultExt, Sql},
+    entities::{gpus, host_prices, rentals},
     ledger::{self, Book},
     notify::Notice,
 };
@@ -24,7 +24,7 @@ use cardpool_domain::{
 use chrono::{DateTime, Utc};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, EntityTrait,
-    IntoActiveModel, QueryFilter, QueryOrder, QuerySelect,
+    IntoActiveModel, QueryFilter, QueryOrder, QuerySelect, Statement,
 };
 
 /// Why a spot rental is preempted, unless said otherwise (a gang's member for its gang).
@@ -71,15 +71,26 @@ pub(super) async fn reprice_spot(
     model: &str,
     now: DateTime<Utc>,
 ) -> AppResult<()> {
-    let Some(prices) = host_prices::Entity::find()
+    let prices = host_prices::Entity::find()
         .filter(host_prices::Column::HostId.eq(host_id))
         .filter(host_prices::Column::GpuModel.eq(model))
         .one(txn)
         .await
-        .context("loading price")?
-    else {
-        return Ok(());
-    };
+        .context("loading price")?;
+    match prices {
+        Some(prices) => reprice_spot_at(services, txn, &prices, now).await,
+        None => Ok(()),
+    }
+}
+
+/// [`reprice_spot`] with the host's prices of the model already read in this transaction.
+pub(super) async fn reprice_spot_at(
+    services: &Services,
+    txn: &DatabaseTransaction,
+    prices: &host_prices::Model,
+    now: DateTime<Utc>,
+) -> AppResult<()> {
+    let (host_id, model) = (prices.host_id, prices.gpu_model.as_str());
     let live = lock_spot_rentals(txn, host_id, model).await?;
     let bids: Vec<i64> = live
         .iter()
@@ -89,32 +100,37 @@ pub(super) async fn reprice_spot(
     // Without bids the price is the minimum however many GPUs are free: only bids need the count.
     let free = if bids.is_empty() { 0 } else { free_now(txn, host_id, model, now).await? };
     let price = clearing_price(prices.spot_min_bid_micros, free, &bids);
-    let last = spot_prices::Entity::find()
-        .filter(spot_prices::Column::HostId.eq(host_id))
-        .filter(spot_prices::Column::GpuModel.eq(model))
-        .order_by_desc(spot_prices::Column::At)
-        .order_by_desc(spot_prices::Column::Id)
-        .one(txn)
-        .await
-        .context("loading spot price")?;
-    if last.is_none_or(|l| l.price_micros != price) {
-        spot_prices::Entity::insert(spot_prices::ActiveModel {
-            host_id: Set(host_id),
-            gpu_model: Set(model.to_owned()),
-            price_micros: Set(price),
-            at: Set(now),
-            ..Default::default()
-        })
-        .exec_without_returning(txn)
-        .await
-        .context("recording spot price")?;
-    }
+    record_price(txn, host_id, model, price, now).await?;
     for rental in live.into_iter().filter(|r| r.price_micros != price) {
         let settled = settle_in(services, txn, rental, now).await?;
         let mut update = settled.into_active_model();
         update.price_micros = Set(price);
         update.update(txn).await.context("repricing spot rental")?;
     }
+    Ok(())
+}
+
+/// Records the clearing price of a host's `model` at `now` unless it is the one last recorded,
+/// in one statement (every booking and release reprices, and the price seldom moves).
+async fn record_price(
+    txn: &DatabaseTransaction,
+    host_id: i64,
+    model: &str,
+    price: i64,
+    now: DateTime<Utc>,
+) -> AppResult<()> {
+    // Bound in the order they appear (SQLite's `?` are positional).
+    let mut sql = Sql::new(txn.get_database_backend());
+    let new_row = [sql.bind(host_id), sql.bind(model), sql.bind(price), sql.bind(now)].join(", ");
+    let (host, gpu_model, same) = (sql.bind(host_id), sql.bind(model), sql.bind(price));
+    let text = format!(
+        "INSERT INTO spot_prices (host_id, gpu_model, price_micros, at) SELECT {new_row} \
+         WHERE NOT EXISTS (SELECT 1 FROM (SELECT price_micros FROM spot_prices WHERE host_id = {host} \
+         AND gpu_model = {gpu_model} ORDER BY at DESC, id DESC LIMIT 1) last WHERE last.price_micros = {same})"
+    );
+    txn.execute_raw(Statement::from_sql_and_values(sql.backend, text, sql.values))
+        .await
+        .context("recording spot price")?;
     Ok(())
 }
 

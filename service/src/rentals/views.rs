@@ -5,15 +5,16 @@ use super::pricing::cost;
 use crate::{
     AppError, AppResult, Services,
     auth::Principal,
-    db::DbResultExt,
-    entities::{gpus, hosts, rental_events, rental_gpus, rentals},
+    db::{DbResultExt, Sql},
+    entities::{hosts, rental_events, rentals},
 };
 use cardpool_domain::{
     offers::RentalKind,
     rentals::{Rental, RentalDetail, RentalEvent, RentalState},
 };
 use chrono::Utc;
-use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Statement};
+use std::collections::{HashMap, HashSet};
 
 /// The caller's rentals, newest first.
 pub async fn list_rentals(services: &Services, principal: &Principal) -> AppResult<Vec<Rental>> {
@@ -24,11 +25,7 @@ pub async fn list_rentals(services: &Services, principal: &Principal) -> AppResu
         .all(&services.db)
         .await
         .context("listing rentals")?;
-    let mut out = Vec::with_capacity(rows.len());
-    for row in rows {
-        out.push(dto(&services.db, row).await?);
-    }
-    Ok(out)
+    dtos(&services.db, rows).await
 }
 
 /// Who may see a rental besides its renter and admins.
@@ -91,29 +88,61 @@ pub async fn get_rental(services: &Services, principal: &Principal, rental_id: i
     Ok(RentalDetail { rental: dto(&services.db, rental).await?, events, ssh })
 }
 
+/// A rental as its renter sees it: with its GPUs' device indexes, its host's label and what it
+/// has cost so far.
 pub(super) async fn dto(conn: &impl ConnectionTrait, rental: rentals::Model) -> AppResult<Rental> {
-    let held = rental_gpus::Entity::find()
-        .filter(rental_gpus::Column::RentalId.eq(rental.id))
-        .all(conn)
-        .await
-        .context("loading rental gpus")?;
-    let mut indexes: Vec<u32> = gpus::Entity::find()
-        .filter(gpus::Column::Id.is_in(held.iter().map(|h| h.gpu_id)))
-        .all(conn)
-        .await
-        .context("loading gpus")?
-        .into_iter()
-        .map(|g| u32::try_from(g.device_index).unwrap_or(0))
-        .collect();
-    indexes.sort_unstable();
-    let host = hosts::Entity::find_by_id(rental.host_id).one(conn).await.context("loading host")?;
-    let host_label = host.map_or_else(
-        || format!("host {}", rental.host_id),
-        |h| match h.location {
-            Some(location) => format!("{} · {location}", h.hostname),
-            None => h.hostname,
-        },
+    dtos(conn, vec![rental]).await?.pop().ok_or(AppError::Internal)
+}
+
+/// [`dto`] of many rentals in two statements, whatever their number: their GPUs' device
+/// indexes (their holds joined with the GPUs) and their hosts.
+pub(super) async fn dtos(conn: &impl ConnectionTrait, rows: Vec<rentals::Model>) -> AppResult<Vec<Rental>> {
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut sql = Sql::new(conn.get_database_backend());
+    let ids = rows.iter().map(|r| sql.bind(r.id)).collect::<Vec<_>>().join(", ");
+    let text = format!(
+        "SELECT rg.rental_id, g.device_index FROM rental_gpus rg JOIN gpus g ON g.id = rg.gpu_id \
+         WHERE rg.rental_id IN ({ids})"
     );
+    let mut indexes: HashMap<i64, Vec<u32>> = HashMap::new();
+    for row in conn
+        .query_all_raw(Statement::from_sql_and_values(sql.backend, text, sql.values))
+        .await
+        .context("loading rental gpus")?
+    {
+        let rental_id: i64 = row.try_get("", "rental_id").context("reading rental gpus")?;
+        let index: i32 = row.try_get("", "device_index").context("reading rental gpus")?;
+        indexes.entry(rental_id).or_default().push(u32::try_from(index).unwrap_or(0));
+    }
+    let labels: HashMap<i64, String> = hosts::Entity::find()
+        .filter(hosts::Column::Id.is_in(rows.iter().map(|r| r.host_id).collect::<HashSet<_>>()))
+        .all(conn)
+        .await
+        .context("loading hosts")?
+        .into_iter()
+        .map(|h| {
+            let label = match h.location {
+                Some(location) => format!("{} · {location}", h.hostname),
+                None => h.hostname,
+            };
+            (h.id, label)
+        })
+        .collect();
+    Ok(rows
+        .into_iter()
+        .map(|rental| {
+            let mut gpu_indexes = indexes.remove(&rental.id).unwrap_or_default();
+            gpu_indexes.sort_unstable();
+            let host_label = labels.get(&rental.host_id).cloned().unwrap_or_else(|| format!("host {}", rental.host_id));
+            assemble(rental, gpu_indexes, host_label)
+        })
+        .collect())
+}
+
+/// The DTO of a rental whose GPUs and host were read.
+fn assemble(rental: rentals::Model, indexes: Vec<u32>, host_label: String) -> Rental {
     let (accrued_seconds, accrued_micros) = match rental.running_since {
         Some(since) if !rental.settled => {
             let until = rental.billing_ends_at.map_or_else(Utc::now, |e| e.min(Utc::now())).max(since);
@@ -124,7 +153,7 @@ pub(super) async fn dto(conn: &impl ConnectionTrait, rental: rentals::Model) -> 
         }
         _ => (rental.billed_seconds, rental.charged_micros),
     };
-    Ok(Rental {
+    Rental {
         id: rental.id,
         host_id: rental.host_id,
         host_label,
@@ -152,5 +181,5 @@ pub(super) async fn dto(conn: &impl ConnectionTrait, rental: rentals::Model) -> 
         created_at: rental.created_at,
         gang_id: rental.gang_id,
         gang_rank: rental.gang_rank.and_then(|r| u32::try_from(r).ok()),
-    })
+    }
 }
