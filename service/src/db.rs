@@ -25,6 +25,9 @@ use sea_orm::{
 use std::{ops::Deref, sync::Arc, time::Duration};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
+/// A pooled connection idle this long is pinged before it is handed out again.
+const POOL_PING_WHEN_IDLE: Duration = Duration::from_secs(5);
+
 /// How long a SQLite writer waits for the lock before giving up.
 const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -39,7 +42,13 @@ pub async fn connect_and_migrate(url: &str) -> Result<DatabaseConnection, DbErr>
 /// Connects without migrating.
 pub async fn connect(url: &str) -> Result<DatabaseConnection, DbErr> {
     let mut opts = ConnectOptions::new(url.to_owned());
-    opts.sqlx_logging(false).connect_timeout(Duration::from_secs(10)).acquire_timeout(Duration::from_secs(15));
+    opts.sqlx_logging(false)
+        .connect_timeout(Duration::from_secs(10))
+        .acquire_timeout(Duration::from_secs(15))
+        // A connection is checked with a round trip before it is handed out only when it sat
+        // idle long enough to have been dropped (a database restart, a proxy's timeout), not on
+        // every checkout: that cost a round trip per transaction and per statement outside one.
+        .test_before_acquire_if_idle_for(POOL_PING_WHEN_IDLE);
     if is_sqlite(url) {
         opts.max_connections(8).map_sqlx_sqlite_opts(|o| {
             o.create_if_missing(true)

@@ -75,11 +75,10 @@ async fn view_with(conn: &impl ConnectionTrait, gang: gangs::Model, with_timelin
         .await
         .context("loading gang members")?;
     let addresses = fabric_addresses(conn, rows.iter().map(|r| r.host_id)).await?;
+    let ready: Vec<_> = rows.iter().map(|r| r.gang_ready_at).collect();
     let mut members = Vec::with_capacity(rows.len());
-    for row in rows {
-        let rank = u32::try_from(row.gang_rank.unwrap_or(0)).unwrap_or(0);
-        let ready_at = row.gang_ready_at;
-        let rental = super::super::views::dto(conn, row).await?;
+    for (rental, ready_at) in super::super::views::dtos(conn, rows).await?.into_iter().zip(ready) {
+        let rank = rental.gang_rank.unwrap_or(0);
         members.push(GangMember {
             rank,
             rental_id: rental.id,
