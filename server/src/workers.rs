@@ -25,6 +25,7 @@ use tower_sessions::ExpiredDeletion;
 /// is silent, not when we were; a replica that has just taken the lead waits as long, since
 /// the agents of a leader that died are reconnecting too.
 pub fn spawn(services: &Services, offline_grace: Duration, reconnect_hold: Duration, billing_interval: Duration) {
+    tokio::spawn(watch_lag());
     let services = services.clone();
     tokio::spawn(async move {
         loop {
@@ -36,6 +37,27 @@ pub fn spawn(services: &Services, offline_grace: Duration, reconnect_hold: Durat
             drop(workers);
         }
     });
+}
+
+/// How often the lag watch wakes, and how late a wake-up is logged.
+const LAG_TICK: Duration = Duration::from_millis(250);
+const LAG_LOGGED: Duration = Duration::from_secs(1);
+
+/// On every replica: logs when this process's tasks ran late, i.e. a wake-up due every
+/// [`LAG_TICK`] came [`LAG_LOGGED`] or more after it was due. That is a blocked or starved async
+/// runtime (a blocking call on a worker thread, the machine out of CPU), which delays every
+/// agent connection at once: their heartbeats go unrecorded and the reaper takes their hosts
+/// for silent. The log says which it was, the process or the database.
+async fn watch_lag() {
+    let mut due = tokio::time::Instant::now() + LAG_TICK;
+    loop {
+        tokio::time::sleep_until(due).await;
+        let late = due.elapsed();
+        if late >= LAG_LOGGED {
+            tracing::warn!(late_ms = late.as_millis() as u64, "the server's tasks ran late (blocked or starved)");
+        }
+        due = tokio::time::Instant::now() + LAG_TICK;
+    }
 }
 
 fn start(

@@ -18,8 +18,9 @@ use serde_json::{Value, json};
 use std::{process::Command, time::Duration};
 
 /// The rendezvous: rank 0 serves a store on `MASTER_PORT` in its sandbox; every rank (rank 0
-/// too) connects to `MASTER_ADDR:MASTER_PORT`, sends its rank, and gets back the ranks seen
-/// once all `NNODES` have come. Then each tries another port of rank 0's host, which its
+/// too) connects to `MASTER_ADDR:MASTER_PORT`, sends its rank, and waits for the ranks seen
+/// once all `NNODES` have come (as torch's store does: one rank's sandbox may start seconds
+/// after another's). Then each tries another port of rank 0's host, which its
 /// firewall refuses, and stays up.
 const RENDEZVOUS: &str = r#"/usr/bin/python3 - <<'PY'
 import os, socket, threading, time
@@ -31,15 +32,19 @@ if rank == 0:
     server.bind(("127.0.0.1", port))
     server.listen()
     def store():
-        clients, ranks = [], []
-        while len(ranks) < world:
+        clients = {}
+        while len(clients) < world:
             conn, _ = server.accept()
             line = conn.makefile().readline().split()
             if line[:1] == ["rank"]:
-                clients.append(conn)
-                ranks.append(int(line[1]))
-        for conn in clients:
-            conn.sendall(("world %d ranks %s\n" % (len(ranks), ",".join(map(str, sorted(ranks))))).encode())
+                # A rank that comes again (its connection broke) is answered on its newest.
+                clients[int(line[1])] = conn
+        reply = "world %d ranks %s\n" % (len(clients), ",".join(map(str, sorted(clients))))
+        for conn in clients.values():
+            try:
+                conn.sendall(reply.encode())
+            except OSError:
+                pass
             conn.close()
     threading.Thread(target=store, daemon=True).start()
 deadline = time.time() + 60
@@ -47,6 +52,10 @@ while True:
     try:
         conn = socket.create_connection((addr, port), timeout=5)
         conn.sendall(b"rank %d\n" % rank)
+        # The answer comes once every rank has come, however long the others take to start:
+        # a rank that gave up waiting and came again would be answered on a connection it
+        # had closed.
+        conn.settimeout(max(1, deadline - time.time()))
         reply = conn.makefile().readline().split()
         if reply[:1] == ["world"]:
             break

@@ -13,13 +13,21 @@
 use super::liveness;
 use crate::{AppError, AppResult, Services, rentals};
 use cardpool_protocol::ServerMessage;
-use std::{future::Future, sync::Mutex, time::Duration};
+use std::{
+    future::Future,
+    sync::Mutex,
+    time::{Duration, Instant},
+};
 use tokio::sync::oneshot;
 
 /// How long heartbeats wait to be recorded together: short beside any heartbeat interval.
 const WINDOW: Duration = Duration::from_millis(50);
 /// Heartbeats recorded by one statement (two bound values each).
 const MAX_BATCH: usize = 2000;
+/// A heartbeat recorded this long after it came in is logged, with where the time went: the
+/// reaper judges hosts by when their heartbeats were recorded, so a slow batch looks like
+/// silent agents.
+const LATE: Duration = Duration::from_secs(1);
 
 /// One heartbeat, as the agent's connection received it.
 pub struct Beat {
@@ -46,6 +54,9 @@ pub enum HeartbeatAnswer {
 
 type Waiter = (Beat, oneshot::Sender<AppResult<HeartbeatAnswer>>);
 
+/// Heartbeats waiting for the next batch, each with when it came in.
+type Queued = (Instant, Waiter);
+
 /// Heartbeats waiting for the next batch, and whether a task is answering them.
 #[derive(Default)]
 pub struct Heartbeats {
@@ -54,7 +65,7 @@ pub struct Heartbeats {
 
 #[derive(Default)]
 struct Waiting {
-    beats: Vec<Waiter>,
+    beats: Vec<Queued>,
     answering: bool,
 }
 
@@ -69,7 +80,7 @@ pub fn heartbeat(services: &Services, beat: Beat) -> impl Future<Output = AppRes
     let (answer, answered) = oneshot::channel();
     let start = {
         let mut waiting = services.heartbeats.waiting();
-        waiting.beats.push((beat, answer));
+        waiting.beats.push((Instant::now(), (beat, answer)));
         !std::mem::replace(&mut waiting.answering, true)
     };
     if start {
@@ -86,30 +97,47 @@ async fn answer_while_waiting(services: Services) {
         if !backlog {
             tokio::time::sleep(WINDOW).await;
         }
-        let batch: Vec<Waiter> = {
+        let (oldest, batch): (Instant, Vec<Waiter>) = {
             let mut waiting = services.heartbeats.waiting();
             if waiting.beats.is_empty() {
                 waiting.answering = false;
                 return;
             }
             let take = waiting.beats.len().min(MAX_BATCH);
-            let batch = waiting.beats.drain(..take).collect();
+            let oldest = waiting.beats[0].0;
+            let batch = waiting.beats.drain(..take).map(|(_, waiter)| waiter).collect();
             backlog = !waiting.beats.is_empty();
-            batch
+            (oldest, batch)
         };
-        answer(&services, batch).await;
+        let taken = Instant::now();
+        let beats = batch.len();
+        let recorded = answer(&services, batch).await;
+        if recorded.duration_since(oldest) >= LATE {
+            let ms = |from: Instant, to: Instant| to.duration_since(from).as_millis() as u64;
+            tracing::warn!(
+                beats,
+                queued_ms = ms(oldest, taken),
+                recording_ms = ms(taken, recorded),
+                answering_ms = ms(recorded, Instant::now()),
+                backlog,
+                "heartbeats recorded late"
+            );
+        }
     }
 }
 
-async fn answer(services: &Services, batch: Vec<Waiter>) {
+/// Records and answers `batch`; returns when its heartbeats were recorded.
+async fn answer(services: &Services, batch: Vec<Waiter>) -> Instant {
     let owned: Vec<(i64, &str)> = batch.iter().map(|(beat, _)| (beat.host_id, beat.connection.as_str())).collect();
-    let counted = match liveness::record_owned_heartbeats(services, &owned).await {
+    let counted = liveness::record_owned_heartbeats(services, &owned).await;
+    let recorded = Instant::now();
+    let counted = match counted {
         Ok(counted) => counted,
         Err(err) => {
             for (_, answer) in batch {
                 let _ = answer.send(Err(err.clone()));
             }
-            return;
+            return recorded;
         }
     };
     // Those the statement did not count, one by one: which of them count, which must end.
@@ -143,4 +171,5 @@ async fn answer(services: &Services, batch: Vec<Waiter>) {
         let commands = rentals::commands_for_host(services, beat.host_id, Some(&beat.running)).await;
         let _ = answer.send(Ok(HeartbeatAnswer::Commands(commands.unwrap_or_default())));
     }
+    recorded
 }

@@ -178,33 +178,49 @@ async fn heard_from(services: &Services, host_id: i64, through: Through<'_>) -> 
 
 /// Marks online hosts silent for longer than `grace` offline. Returns the ids it marked.
 pub async fn mark_silent_hosts_offline(services: &Services, grace: std::time::Duration) -> AppResult<Vec<i64>> {
-    let cutoff = Utc::now() - Duration::from_std(grace).unwrap_or(Duration::seconds(20));
-    let silent: Vec<i64> = hosts::Entity::find()
+    let now = Utc::now();
+    let cutoff = now - Duration::from_std(grace).unwrap_or(Duration::seconds(20));
+    let silent: Vec<hosts::Model> = hosts::Entity::find()
         .filter(hosts::Column::Status.eq(HostStatus::Online.as_str()))
         .filter(hosts::Column::LastHeartbeatAt.lt(cutoff))
         .all(&services.db)
         .await
-        .context("finding silent hosts")?
-        .into_iter()
-        .map(|h| h.id)
-        .collect();
+        .context("finding silent hosts")?;
     let mut marked = Vec::new();
-    for id in silent {
-        if set_offline(services, id, "missed heartbeats").await? {
-            marked.push(id);
+    for host in silent {
+        // How long it had been silent, and whether a replica still held its agent's
+        // connection: a connected host going silent points at the server or the database
+        // (heartbeats not recorded), not at the agent.
+        let silent_ms = host.last_heartbeat_at.map(|at| (now - at).num_milliseconds());
+        if set_offline(services, host.id, "missed heartbeats", cutoff).await? {
+            tracing::info!(
+                host.id = host.id,
+                silent_ms,
+                connected = host.connection_id.is_some(),
+                "host silent past the offline grace"
+            );
+            marked.push(host.id);
         }
     }
     Ok(marked)
 }
 
-/// Moves an online host offline, recording why. Returns whether it was online.
-async fn set_offline(services: &Services, host_id: i64, reason: &str) -> AppResult<bool> {
+/// Moves an online host offline, recording why, if it has not been heard from since `cutoff`
+/// (a heartbeat recorded after the sweep found it silent keeps it online). Returns whether it
+/// was moved.
+async fn set_offline(
+    services: &Services,
+    host_id: i64,
+    reason: &str,
+    cutoff: chrono::DateTime<Utc>,
+) -> AppResult<bool> {
     let now = Utc::now();
     let txn = services.begin_write().await.context("starting offline transition")?;
     let changed = hosts::Entity::update_many()
         .col_expr(hosts::Column::Status, Expr::value(HostStatus::Offline.as_str()))
         .filter(hosts::Column::Id.eq(host_id))
         .filter(hosts::Column::Status.eq(HostStatus::Online.as_str()))
+        .filter(hosts::Column::LastHeartbeatAt.lt(cutoff))
         .exec(&txn)
         .await
         .context("marking host offline")?

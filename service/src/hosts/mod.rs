@@ -3,11 +3,13 @@
 //! A provider creates a single-use, expiring enrollment token; the agent exchanges it for a
 //! host credential (both stored as SHA-256 only). From then on the agent speaks only for its
 //! own host: every agent-side function here takes the host resolved from the credential, never
-//! a host id from the message. Heartbeats, the connection that owns a host, and going offline
-//! are in `liveness`; every transition is recorded in `host_events`.
+//! a host id from the message. What the agent reports is stored by `inventory`; heartbeats, the
+//! connection that owns a host, and going offline are in `liveness`; every transition is
+//! recorded in `host_events`.
 
 mod fabric;
 mod heartbeats;
+mod inventory;
 mod layouts;
 mod liveness;
 mod units;
@@ -15,6 +17,7 @@ mod units;
 pub(crate) use fabric::declared as declared_fabric;
 pub use fabric::{fabric_view, links, set_host_fabric};
 pub use heartbeats::{Beat, HeartbeatAnswer, Heartbeats, heartbeat};
+pub use inventory::record_inventory;
 pub(crate) use layouts::layout_commands_of;
 pub use layouts::{record_layout_failure, set_mig_layout};
 pub use liveness::{
@@ -33,7 +36,7 @@ use crate::{
 use cardpool_domain::host::{
     CreatedEnrollmentToken, EnrolledHost, GpuModelPrice, GpuView, HostDetail, HostEvent, HostStatus, HostSummary,
 };
-use cardpool_protocol::{HostFacts, Inventory};
+use cardpool_protocol::HostFacts;
 use chrono::{DateTime, Duration, Utc};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, IntoActiveModel, QueryFilter,
@@ -248,85 +251,6 @@ pub async fn record_self_test(
         .exec(&services.db)
         .await
         .context("saving self-test")?;
-    Ok(())
-}
-
-/// Stores what the agent reports: host facts, GPUs and their MIG slices (see `units`). GPUs and
-/// slices are matched by UUID; one that disappears from the report is kept, marked `missing`,
-/// so history stays intact.
-pub async fn record_inventory(services: &Services, host: &hosts::Model, inventory: &Inventory) -> AppResult<()> {
-    cardpool_protocol::PROTOCOL_VERSION
-        .check_peer(inventory.protocol)
-        .map_err(|m| AppError::invalid_field("protocol", m))?;
-    if inventory.gpus.len() > 64 {
-        return Err(AppError::invalid_field("gpus", "a host reports at most 64 GPUs"));
-    }
-    for gpu in &inventory.gpus {
-        units::check_reported(gpu)?;
-    }
-    units::check_distinct(&inventory.gpus)?;
-    let now = Utc::now();
-    let txn = services.begin_write().await.context("starting inventory update")?;
-    let facts = serde_json::to_string(&inventory.host).map_err(|_| AppError::Internal)?;
-    let mut row = hosts::Entity::find_by_id(host.id)
-        .one(&txn)
-        .await
-        .context("loading host")?
-        .ok_or_else(|| AppError::not_found("host"))?
-        .into_active_model();
-    row.facts = Set(Some(facts));
-    row.agent_version = Set(Some(inventory.host.agent_version.clone()));
-    row.update(&txn).await.context("saving host facts")?;
-
-    let existing: BTreeMap<String, gpus::Model> = gpus::Entity::find()
-        .filter(gpus::Column::HostId.eq(host.id))
-        .all(&txn)
-        .await
-        .context("loading gpus")?
-        .into_iter()
-        .map(|g| (g.uuid.clone(), g))
-        .collect();
-    let mut seen: Vec<String> = Vec::new();
-    for gpu in &inventory.gpus {
-        let peers = serde_json::to_string(&gpu.nvlink_peers).map_err(|_| AppError::Internal)?;
-        let mig_instances = serde_json::to_string(&gpu.mig_instances).map_err(|_| AppError::Internal)?;
-        let mig_profiles = serde_json::to_string(&gpu.mig_profiles).map_err(|_| AppError::Internal)?;
-        let mut row = match existing.get(&gpu.uuid) {
-            Some(known) if known.parent_id.is_none() => known.clone().into_active_model(),
-            Some(_) => return Err(AppError::invalid_field("gpus", "a GPU uuid repeats a MIG slice's")),
-            None => gpus::ActiveModel { host_id: Set(host.id), uuid: Set(gpu.uuid.clone()), ..Default::default() },
-        };
-        row.device_index = Set(gpu.index as i32);
-        row.model = Set(gpu.name.clone());
-        row.memory_bytes = Set(i64::try_from(gpu.memory_total_bytes).unwrap_or(i64::MAX));
-        row.pci_bus_id = Set(gpu.pci_bus_id.clone());
-        row.driver_version = Set(gpu.driver_version.clone());
-        row.cuda_version = Set(gpu.cuda_version.clone());
-        row.cuda_version_num = Set(cardpool_domain::offers::cuda_version_number(&gpu.cuda_version).unwrap_or(0));
-        row.nvlink_peers = Set(peers);
-        row.mig_enabled = Set(gpu.mig_enabled);
-        row.mig_instances = Set(mig_instances);
-        row.mig_profiles = Set(mig_profiles);
-        row.state = Set("available".into());
-        row.updated_at = Set(now);
-        let parent = if existing.contains_key(&gpu.uuid) {
-            row.update(&txn).await.context("saving gpu")?
-        } else {
-            row.insert(&txn).await.context("saving gpu")?
-        };
-        seen.push(gpu.uuid.clone());
-        units::record_slices(&txn, &parent, gpu, &existing, &mut seen, now).await?;
-        layouts::settle(&txn, &parent, gpu).await?;
-    }
-    for gone in existing.values().filter(|g| !seen.contains(&g.uuid) && g.state != "missing") {
-        let mut row = gone.clone().into_active_model();
-        row.state = Set("missing".into());
-        row.updated_at = Set(now);
-        row.update(&txn).await.context("marking gpu missing")?;
-    }
-    let stock_change = crate::stock::refresh_stock(&txn, host.id).await?;
-    txn.commit().await.context("committing inventory")?;
-    stock_change.published(services);
     Ok(())
 }
 

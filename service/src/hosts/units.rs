@@ -18,7 +18,7 @@ use cardpool_domain::{
     host::GpuSale,
     offers::{MAX_MIG_PROFILE_LEN, slice_unit},
 };
-use cardpool_protocol::GpuInfo;
+use cardpool_protocol::{GpuInfo, MigInstance};
 use chrono::{DateTime, Utc};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, IntoActiveModel,
@@ -70,8 +70,8 @@ pub(super) fn check_distinct(gpus: &[GpuInfo]) -> AppResult<()> {
 }
 
 /// Stores the slices `reported` says `parent` holds now, matched by UUID, each at the slot of
-/// its place in the layout; the UUIDs it stored are pushed to `seen` (what is not seen is
-/// marked missing by the caller). A slice is for sale when its GPU is sold as MIG.
+/// its place in the layout and written only if it changes; the UUIDs it stored are pushed to
+/// `seen` (what is not seen is marked missing by the caller).
 pub(super) async fn record_slices(
     conn: &impl ConnectionTrait,
     parent: &gpus::Model,
@@ -84,43 +84,56 @@ pub(super) async fn record_slices(
         return Ok(());
     }
     for (slot, instance) in reported.mig_instances.iter().enumerate() {
-        let mut row = match existing.get(&instance.uuid) {
-            Some(known) if known.parent_id == Some(parent.id) => known.clone().into_active_model(),
-            // A UUID is a GPU's or a slice's, never both; one that moved is not trusted.
-            Some(_) => {
-                return Err(AppError::invalid_field("mig_instances", "a MIG uuid repeats another GPU's"));
-            }
-            None => gpus::ActiveModel {
-                host_id: Set(parent.host_id),
-                uuid: Set(instance.uuid.clone()),
-                parent_id: Set(Some(parent.id)),
-                ..Default::default()
-            },
-        };
-        row.device_index = Set(parent.device_index);
-        row.model = Set(slice_unit(&parent.model, &instance.profile));
-        row.mig_profile = Set(Some(instance.profile.clone()));
-        row.memory_bytes = Set(i64::try_from(instance.memory_bytes).unwrap_or(i64::MAX));
-        row.pci_bus_id = Set(parent.pci_bus_id.clone());
-        row.driver_version = Set(parent.driver_version.clone());
-        row.cuda_version = Set(parent.cuda_version.clone());
-        row.cuda_version_num = Set(parent.cuda_version_num);
-        row.nvlink_peers = Set("[]".into());
-        row.mig_enabled = Set(None);
-        row.mig_instances = Set("[]".into());
-        row.slot_from = Set(slot as i32);
-        row.slot_to = Set(slot as i32 + 1);
-        row.for_sale = Set(!parent.for_sale);
-        row.state = Set("available".into());
-        row.updated_at = Set(now);
-        if existing.contains_key(&instance.uuid) {
-            row.update(conn).await.context("saving MIG slice")?;
-        } else {
+        let known = existing.get(&instance.uuid);
+        let mut row = slice_row(parent, known, slot, instance)?;
+        if known.is_none() {
+            row.updated_at = Set(now);
             row.insert(conn).await.context("saving MIG slice")?;
+        } else if row.is_changed() {
+            row.updated_at = Set(now);
+            row.update(conn).await.context("saving MIG slice")?;
         }
         seen.push(instance.uuid.clone());
     }
     Ok(())
+}
+
+/// The row MIG instance `instance` of `parent` asks for, at `slot`: `known` with what differs
+/// set, or a new row. A slice is for sale when its GPU is sold as MIG. Its `updated_at` is the
+/// caller's to set.
+pub(super) fn slice_row(
+    parent: &gpus::Model,
+    known: Option<&gpus::Model>,
+    slot: usize,
+    instance: &MigInstance,
+) -> AppResult<gpus::ActiveModel> {
+    let mut row = match known {
+        Some(known) if known.parent_id == Some(parent.id) => known.clone().into_active_model(),
+        // A UUID is a GPU's or a slice's, never both; one that moved is not trusted.
+        Some(_) => return Err(AppError::invalid_field("mig_instances", "a MIG uuid repeats another GPU's")),
+        None => gpus::ActiveModel {
+            host_id: Set(parent.host_id),
+            uuid: Set(instance.uuid.clone()),
+            parent_id: Set(Some(parent.id)),
+            ..Default::default()
+        },
+    };
+    row.device_index.set_ne(parent.device_index);
+    row.model.set_ne(slice_unit(&parent.model, &instance.profile));
+    row.mig_profile.set_ne(Some(instance.profile.clone()));
+    row.memory_bytes.set_ne(i64::try_from(instance.memory_bytes).unwrap_or(i64::MAX));
+    row.pci_bus_id.set_ne(parent.pci_bus_id.clone());
+    row.driver_version.set_ne(parent.driver_version.clone());
+    row.cuda_version.set_ne(parent.cuda_version.clone());
+    row.cuda_version_num.set_ne(parent.cuda_version_num);
+    row.nvlink_peers.set_ne("[]".into());
+    row.mig_enabled.set_ne(None);
+    row.mig_instances.set_ne("[]".into());
+    row.slot_from.set_ne(slot as i32);
+    row.slot_to.set_ne(slot as i32 + 1);
+    row.for_sale.set_ne(!parent.for_sale);
+    row.state.set_ne("available".into());
+    Ok(row)
 }
 
 /// The unit names of the host's available rows: every unit a price can be set for (slices of

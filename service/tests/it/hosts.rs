@@ -105,8 +105,17 @@ async fn inventory_upserts_gpus_by_uuid(backend: Backend) {
     let enrolled = hosts::enroll_host(&services, &token.token, "box").await.unwrap();
     let host = hosts::authenticate_host(&services, &enrolled.credential).await.unwrap();
 
+    // When each row was last written, by UUID.
+    let written = || async {
+        use cardpool_service::entities::gpus;
+        let rows = gpus::Entity::find().all(&services.db).await.unwrap();
+        rows.into_iter().map(|g| (g.uuid, g.updated_at)).collect::<std::collections::BTreeMap<_, _>>()
+    };
     hosts::record_inventory(&services, &host, &inventory(&["GPU-a", "GPU-b"])).await.unwrap();
+    let first = written().await;
+    tokio::time::sleep(Duration::from_millis(5)).await;
     hosts::record_inventory(&services, &host, &inventory(&["GPU-a", "GPU-b"])).await.unwrap();
+    assert_eq!(written().await, first, "a report that is stored already writes no row");
     let detail = hosts::get_host(&services, &provider, host.id).await.unwrap();
     assert_eq!(detail.gpus.len(), 2, "re-reporting does not duplicate GPUs");
     assert_eq!(detail.host.gpu_summary, "2× NVIDIA H100 80GB HBM3");
@@ -116,6 +125,18 @@ async fn inventory_upserts_gpus_by_uuid(backend: Backend) {
     let detail = hosts::get_host(&services, &provider, host.id).await.unwrap();
     assert_eq!(detail.gpus.iter().map(|g| g.state.as_str()).collect::<Vec<_>>(), vec!["available", "missing"]);
     assert_eq!(detail.host.gpu_count, 1);
+    let gone = written().await;
+    assert_eq!(gone["GPU-a"], first["GPU-a"], "only the row that changed is written");
+    assert!(gone["GPU-b"] > first["GPU-b"]);
+    // A GPU back in the report is back on the market; so are new facts.
+    let mut back = inventory(&["GPU-a", "GPU-b"]);
+    back.host.agent_version = "0.2.0".into();
+    hosts::record_inventory(&services, &host, &back).await.unwrap();
+    let detail = hosts::get_host(&services, &provider, host.id).await.unwrap();
+    assert_eq!(detail.gpus.iter().map(|g| g.state.as_str()).collect::<Vec<_>>(), vec!["available", "available"]);
+    assert_eq!(detail.host.gpu_count, 2);
+    assert_eq!(detail.host.agent_version.as_deref(), Some("0.2.0"));
+    hosts::record_inventory(&services, &host, &inventory(&["GPU-a"])).await.unwrap();
 
     let mut mig = inventory(&["GPU-a"]);
     let slice = |n: u32| MigInstance {
@@ -132,6 +153,10 @@ async fn inventory_upserts_gpus_by_uuid(backend: Backend) {
     let detail = hosts::get_host(&services, &provider, host.id).await.unwrap();
     assert_eq!(detail.gpus[0].mig_enabled, Some(true));
     assert_eq!(detail.gpus[0].mig_instances, mig.gpus[0].mig_instances, "MIG instances are kept as reported");
+    let carved = written().await;
+    assert!(carved.contains_key("MIG-1") && carved.contains_key("MIG-2"), "each slice is a row of its own");
+    hosts::record_inventory(&services, &host, &mig).await.unwrap();
+    assert_eq!(written().await, carved, "slices stored already are not written again");
     mig.gpus[0].mig_instances = (1..=8).map(slice).collect();
     let refused = hosts::record_inventory(&services, &host, &mig).await.unwrap_err();
     assert!(refused.field("mig_instances").unwrap().contains("at most 7"));
