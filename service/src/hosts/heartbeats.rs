@@ -28,6 +28,8 @@ const MAX_BATCH: usize = 2000;
 /// reaper judges hosts by when their heartbeats were recorded, so a slow batch looks like
 /// silent agents.
 const LATE: Duration = Duration::from_secs(1);
+/// At most one line about late heartbeats this often.
+const LATE_LOGGED_EVERY: Duration = Duration::from_secs(10);
 
 /// One heartbeat, as the agent's connection received it.
 pub struct Beat {
@@ -93,6 +95,9 @@ pub fn heartbeat(services: &Services, beat: Beat) -> impl Future<Output = AppRes
 /// Answers batch after batch until none waits (the next heartbeat starts another task).
 async fn answer_while_waiting(services: Services) {
     let mut backlog = false;
+    // Late batches not logged yet, and until when another is not logged (a loaded server has
+    // a late batch every window; one line says so for them all).
+    let (mut late, mut quiet_until) = (0u64, None::<Instant>);
     loop {
         if !backlog {
             tokio::time::sleep(WINDOW).await;
@@ -112,17 +117,25 @@ async fn answer_while_waiting(services: Services) {
         let taken = Instant::now();
         let beats = batch.len();
         let recorded = answer(&services, batch).await;
-        if recorded.duration_since(oldest) >= LATE {
-            let ms = |from: Instant, to: Instant| to.duration_since(from).as_millis() as u64;
-            tracing::warn!(
-                beats,
-                queued_ms = ms(oldest, taken),
-                recording_ms = ms(taken, recorded),
-                answering_ms = ms(recorded, Instant::now()),
-                backlog,
-                "heartbeats recorded late"
-            );
+        if recorded.duration_since(oldest) < LATE {
+            continue;
         }
+        late += 1;
+        let now = Instant::now();
+        if quiet_until.is_some_and(|until| now < until) {
+            continue;
+        }
+        let ms = |from: Instant, to: Instant| to.duration_since(from).as_millis() as u64;
+        tracing::warn!(
+            late_batches = late,
+            beats,
+            queued_ms = ms(oldest, taken),
+            recording_ms = ms(taken, recorded),
+            answering_ms = ms(recorded, now),
+            backlog,
+            "heartbeats recorded late"
+        );
+        (late, quiet_until) = (0, Some(now + LATE_LOGGED_EVERY));
     }
 }
 
