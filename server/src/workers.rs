@@ -47,7 +47,8 @@ const LAG_LOGGED: Duration = Duration::from_secs(1);
 /// [`LAG_TICK`] came [`LAG_LOGGED`] or more after it was due. That is a blocked or starved async
 /// runtime (a blocking call on a worker thread, the machine out of CPU), which delays every
 /// agent connection at once: their heartbeats go unrecorded and the reaper takes their hosts
-/// for silent. The log says which it was, the process or the database.
+/// for silent. Beside the heartbeat batches' own log of late recording (the database), it
+/// tells a stalled process from a slow database.
 async fn watch_lag() {
     let mut due = tokio::time::Instant::now() + LAG_TICK;
     loop {

@@ -61,18 +61,7 @@ pub async fn record_inventory(services: &Services, host: &hosts::Model, inventor
     let mut seen: Vec<String> = Vec::new();
     for gpu in &inventory.gpus {
         let known = existing.get(&gpu.uuid);
-        let mut row = gpu_row(host.id, known, gpu)?;
-        let parent = match known {
-            Some(known) if !row.is_changed() => known.clone(),
-            Some(_) => {
-                row.updated_at = Set(now);
-                row.update(&txn).await.context("saving gpu")?
-            }
-            None => {
-                row.updated_at = Set(now);
-                row.insert(&txn).await.context("saving gpu")?
-            }
-        };
+        let parent = units::save(&txn, known, gpu_row(host.id, known, gpu)?, now).await.context("saving gpu")?;
         seen.push(gpu.uuid.clone());
         units::record_slices(&txn, &parent, gpu, &existing, &mut seen, now).await?;
         layouts::settle(&txn, &parent, gpu).await?;
@@ -136,7 +125,7 @@ async fn stored_gpus(db: &impl ConnectionTrait, host_id: i64) -> AppResult<BTree
 }
 
 /// The row `gpu` asks for: `known` with what differs set (nothing set: it is stored as
-/// reported), or a new row. Its `updated_at` is the caller's to set.
+/// reported), or a new row, for [`units::save`].
 fn gpu_row(host_id: i64, known: Option<&gpus::Model>, gpu: &GpuInfo) -> AppResult<gpus::ActiveModel> {
     let mut row = match known {
         Some(known) if known.parent_id.is_none() => known.clone().into_active_model(),

@@ -85,22 +85,35 @@ pub(super) async fn record_slices(
     }
     for (slot, instance) in reported.mig_instances.iter().enumerate() {
         let known = existing.get(&instance.uuid);
-        let mut row = slice_row(parent, known, slot, instance)?;
-        if known.is_none() {
-            row.updated_at = Set(now);
-            row.insert(conn).await.context("saving MIG slice")?;
-        } else if row.is_changed() {
-            row.updated_at = Set(now);
-            row.update(conn).await.context("saving MIG slice")?;
-        }
+        save(conn, known, slice_row(parent, known, slot, instance)?, now).await.context("saving MIG slice")?;
         seen.push(instance.uuid.clone());
     }
     Ok(())
 }
 
+/// Writes `row` (built over `known`, the stored row, if any) stamped `now`: inserted when new,
+/// updated when something in it changed, left alone otherwise. Returns the row as stored.
+pub(super) async fn save(
+    conn: &impl ConnectionTrait,
+    known: Option<&gpus::Model>,
+    mut row: gpus::ActiveModel,
+    now: DateTime<Utc>,
+) -> Result<gpus::Model, sea_orm::DbErr> {
+    match known {
+        Some(known) if !row.is_changed() => Ok(known.clone()),
+        Some(_) => {
+            row.updated_at = Set(now);
+            row.update(conn).await
+        }
+        None => {
+            row.updated_at = Set(now);
+            row.insert(conn).await
+        }
+    }
+}
+
 /// The row MIG instance `instance` of `parent` asks for, at `slot`: `known` with what differs
-/// set, or a new row. A slice is for sale when its GPU is sold as MIG. Its `updated_at` is the
-/// caller's to set.
+/// set, or a new row, for [`save`]. A slice is for sale when its GPU is sold as MIG.
 pub(super) fn slice_row(
     parent: &gpus::Model,
     known: Option<&gpus::Model>,
