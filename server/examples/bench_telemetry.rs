@@ -88,6 +88,14 @@ fn percentile(sorted: &[i64], p: f64) -> i64 {
 async fn watch(mut response: reqwest::Response, latencies: Arc<Mutex<Vec<i64>>>, recording: Arc<AtomicBool>) {
     let mut text = String::new();
     while let Ok(Some(chunk)) = response.chunk().await {
+        // Not recording, the bytes are only taken off the socket (a browser reads on a machine
+        // of its own; parsing here would be the load generator's cost counted as the server's).
+        // The first chunk recorded may begin inside an event: it has no `data: ` line and is
+        // skipped.
+        if !recording.load(Ordering::Relaxed) {
+            text.clear();
+            continue;
+        }
         text.push_str(&String::from_utf8_lossy(&chunk));
         // Every whole event of the chunk, then what they took cut off once (cutting per event
         // would move the rest of a large chunk once per event, and the reader would lag).
@@ -96,9 +104,6 @@ async fn watch(mut response: reqwest::Response, latencies: Arc<Mutex<Vec<i64>>>,
             let event = &text[start..start + end];
             start += end + 2;
             let Some(data) = event.lines().find_map(|l| l.strip_prefix("data: ")) else { continue };
-            if !recording.load(Ordering::Relaxed) {
-                continue;
-            }
             if let Some(at) =
                 data.find("\"at_ms\":").and_then(|i| data[i + 8..].split([',', '}']).next()?.parse::<i64>().ok())
             {

@@ -308,7 +308,7 @@ async fn serve_connected(
                         hosts::record_layout_failure(services, host, gpu_index, &reason).await
                     }
                     Ok(AgentMessage::Telemetry { stream, frames, dropped }) => {
-                        match telemetry::accept(services, host.id, connection, stream, &frames, dropped).await {
+                        match telemetry::accept(services, host.id, connection, stream, frames, dropped).await {
                             Ok(Some(receipt)) => {
                                 acks.push(Box::pin(receipt.stored()));
                                 Ok(())

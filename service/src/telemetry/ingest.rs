@@ -261,14 +261,14 @@ pub async fn accept(
     host_id: i64,
     connection: &str,
     stream: u64,
-    frames: &[TelemetryFrame],
+    frames: Vec<TelemetryFrame>,
     dropped: u64,
 ) -> AppResult<Option<Receipt>> {
-    check_batch(frames)?;
+    check_batch(&frames)?;
     let Some(last) = frames.last() else { return Ok(None) };
     let ack = ServerMessage::TelemetryAck { stream, sequence: last.sequence };
     let stream = i64::try_from(stream).map_err(|_| AppError::invalid_field("stream", "out of range"))?;
-    let frames = within_clock(frames.to_vec(), Utc::now().timestamp_millis());
+    let frames = within_clock(frames, Utc::now().timestamp_millis());
     let dropped = i64::try_from(dropped).unwrap_or(i64::MAX);
     // Dashboards see the frames now; storing them waits for the flush.
     let hub = &services.telemetry;
@@ -384,7 +384,9 @@ pub async fn ingest(
     frames: &[TelemetryFrame],
     dropped: u64,
 ) -> AppResult<Option<ServerMessage>> {
-    let Some(receipt) = accept(services, host_id, DIRECT, stream, frames, dropped).await? else { return Ok(None) };
+    let Some(receipt) = accept(services, host_id, DIRECT, stream, frames.to_vec(), dropped).await? else {
+        return Ok(None);
+    };
     flush::flush(services, false).await;
     receipt.stored().await.map(Some)
 }

@@ -207,17 +207,17 @@ async fn a_host_stored_by_another_replica_meanwhile_is_not_stored_twice(backend:
     };
 
     // A accepts 1..=10 (shown, not yet written); before its flush, B stores 1..=20.
-    let waiting = telemetry::accept(&a, host, "a-1", 5, &frames(1, 10, 2, 40, 100_000), 0).await.unwrap().unwrap();
+    let waiting = telemetry::accept(&a, host, "a-1", 5, frames(1, 10, 2, 40, 100_000), 0).await.unwrap().unwrap();
     let ack = telemetry::ingest(&b, host, 5, &frames(1, 20, 2, 40, 100_000), 0).await.unwrap();
     assert_eq!(ack, Some(ServerMessage::TelemetryAck { stream: 5, sequence: 20 }));
     flush_a(1).await;
     assert_eq!(waiting.stored().await.unwrap_err(), AppError::Internal, "A's copy is not acknowledged");
     assert_eq!(stored_samples(&a, host, 0).await, 20, "1..=20 once");
-    let refused = telemetry::accept(&a, host, "a-1", 5, &frames(11, 12, 2, 40, 100_000), 0).await;
+    let refused = telemetry::accept(&a, host, "a-1", 5, frames(11, 12, 2, 40, 100_000), 0).await;
     assert!(matches!(refused, Err(AppError::Internal)), "the connection whose frames were refused ends");
 
     // The agent comes back to A on a new connection and sends 15..=25 (B's ack of 20 was lost).
-    let again = telemetry::accept(&a, host, "a-2", 5, &frames(15, 25, 2, 40, 100_000), 0).await.unwrap().unwrap();
+    let again = telemetry::accept(&a, host, "a-2", 5, frames(15, 25, 2, 40, 100_000), 0).await.unwrap().unwrap();
     flush_a(2).await;
     assert_eq!(again.stored().await.unwrap(), ServerMessage::TelemetryAck { stream: 5, sequence: 25 });
     assert_eq!(stored_samples(&a, host, 0).await, 25);
