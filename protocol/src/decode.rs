@@ -45,8 +45,9 @@ enum TelemetryTag {
 }
 
 /// Where a message carries a string longer than [`MAX_STRING_CHARS`], if it does. Telemetry
-/// (the bulk, with only GPU UUIDs for strings) is checked field by field; other messages are
-/// few, so their JSON is walked whole, which covers fields added later too.
+/// (the bulk, whose strings are GPU UUIDs, throttle reasons and process names) is checked field
+/// by field; other messages are few, so their JSON is walked whole, which covers fields added
+/// later too.
 fn too_long_string(message: &AgentMessage, text: &str) -> Option<String> {
     fn walk(value: &serde_json::Value, path: &str) -> Option<String> {
         match value {
