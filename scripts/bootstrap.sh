@@ -13,7 +13,7 @@ SCHEMATHESIS_VERSION=4.32.5
 with_test=false
 [[ "${1:-}" == "--test" ]] && with_test=true
 
-say() { printf '\033[1;34m==>\033[0m %s\n' "$*"; }
+say() { printf '\033[1;34m==>\033[0m [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
 apt_install() {
   say "apt-get install $*"

@@ -1,6 +1,7 @@
 # Shell helpers shared by run.sh --check, test.sh and bench.sh (sourced, not run).
 
-say() { printf '\033[1;34m==>\033[0m %s\n' "$*"; }
+# Each line says how long the script has run, so a slow step in CI's log can be told at a glance.
+say() { printf '\033[1;34m==>\033[0m [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
