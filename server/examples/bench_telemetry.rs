@@ -87,7 +87,7 @@ fn percentile(sorted: &[i64], p: f64) -> i64 {
 /// Reads an SSE feed, recording (arrival − sample time) of every event while `recording`.
 /// The readers run in the server's process, on its two cores: they take as little as they
 /// can, so that what is measured is the server.
-async fn watch(mut response: reqwest::Response, latencies: Arc<Mutex<Vec<i64>>>, recording: Arc<AtomicBool>) {
+async fn watch(mut response: reqwest::Response, latencies: Arc<Mutex<Vec<(i64, i64)>>>, recording: Arc<AtomicBool>) {
     let mut text = String::new();
     let mut seen = Vec::new();
     while let Ok(Some(chunk)) = response.chunk().await {
@@ -117,7 +117,7 @@ async fn watch(mut response: reqwest::Response, latencies: Arc<Mutex<Vec<i64>>>,
             if let Some(at) =
                 head.find("\"at_ms\":").and_then(|i| data[i + 8..].split([',', '}']).next()?.parse::<i64>().ok())
             {
-                seen.push(arrived - at);
+                seen.push((arrived, arrived - at));
             }
         }
         text.drain(..start);
@@ -125,6 +125,23 @@ async fn watch(mut response: reqwest::Response, latencies: Arc<Mutex<Vec<i64>>>,
             latencies.lock().unwrap_or_else(|p| p.into_inner()).append(&mut seen);
         }
     }
+}
+
+/// The p99 of each second's arrivals, in order: whether a tail is spread evenly (the server is
+/// short of CPU) or comes in bursts (something stalls now and then) shows here.
+fn by_second(arrivals: &[(i64, i64)]) -> String {
+    let mut seconds: std::collections::BTreeMap<i64, Vec<i64>> = std::collections::BTreeMap::new();
+    for &(arrived, latency) in arrivals {
+        seconds.entry(arrived / 1000).or_default().push(latency);
+    }
+    let p99s: Vec<String> = seconds
+        .into_values()
+        .map(|mut latencies| {
+            latencies.sort_unstable();
+            percentile(&latencies, 0.99).to_string()
+        })
+        .collect();
+    format!("p99 of each second's events, ms: {}", p99s.join(" "))
 }
 
 /// The agent process of measurements 1 and 2: runs one agent per host in `states_file` (JSON),
@@ -325,6 +342,14 @@ async fn wait_for_frames(hub: &cardpool_service::telemetry::Hub, agents: usize, 
     }
 }
 
+/// Returns just after the next flush commits.
+async fn next_commit(hub: &cardpool_service::telemetry::Hub) {
+    let commits = hub.commits.load(Ordering::Relaxed);
+    while hub.commits.load(Ordering::Relaxed) == commits {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// The reader process of measurement 3: opens `count` feeds of `url`, says how many opened,
 /// and reads them until killed.
 async fn read_feeds(count: usize, url: &str, token: &str) {
@@ -412,7 +437,7 @@ async fn main() {
 
         // The fleet dashboards watch from here on (the ceiling is measured with them connected).
         let client = reqwest::Client::new();
-        let latencies: Arc<Mutex<Vec<i64>>> = Arc::default();
+        let latencies: Arc<Mutex<Vec<(i64, i64)>>> = Arc::default();
         let recording = Arc::new(AtomicBool::new(false));
         let open_fleet_feed = async || {
             let feed = client
@@ -434,9 +459,13 @@ async fn main() {
         tokio::time::sleep(Duration::from_secs(2)).await;
         let commits = || hub.commits.load(Ordering::Relaxed);
         let frames = || hub.frames_stored.load(Ordering::Relaxed);
+        // Measured from one commit to another: a flush stores seconds of samples at once, so a
+        // window cut anywhere else would count one flush more or less by chance.
+        next_commit(&hub).await;
         let (samples0, commits0, frames0, started) = (stored(), commits(), frames(), Instant::now());
         let cpu = CpuShare::start(&fleet);
         tokio::time::sleep(Duration::from_secs(seconds)).await;
+        next_commit(&hub).await;
         println!("  {}", cpu.report());
         let ceiling = (stored() - samples0) as f64 / started.elapsed().as_secs_f64();
         let transactions = commits() - commits0;
@@ -464,7 +493,8 @@ async fn main() {
         recording.store(false, Ordering::Relaxed);
         println!("  {}", cpu.report());
         let rate = (stored() - samples0) as f64 / started.elapsed().as_secs_f64();
-        let mut lat = std::mem::take(&mut *latencies.lock().unwrap_or_else(|p| p.into_inner()));
+        let arrivals = std::mem::take(&mut *latencies.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut lat: Vec<i64> = arrivals.iter().map(|&(_, latency)| latency).collect();
         lat.sort_unstable();
         println!(
             "at 1 Hz: {rate:.0} GPU samples/s stored; agent→dashboard latency over {} events ({dashboards} fleet dashboards): p50 {} ms, p99 {} ms, max {} ms",
@@ -473,6 +503,9 @@ async fn main() {
             percentile(&lat, 0.99),
             lat.last().copied().unwrap_or(0)
         );
+        println!("  {}", by_second(&arrivals));
+        // Most of it is the hosts' recent samples (first paints), which grow to five minutes' worth.
+        println!("  server resident memory: {} MiB", rss_kib("self") / 1024);
 
         // 3. Memory per dashboard: open many more feeds at that load from another process (this
         // benchmark run again as a reader), compare the server's resident memory.

@@ -5,7 +5,7 @@
 
 use super::ingest::Ingest;
 use crate::{AppError, AppResult, alerts};
-use cardpool_domain::telemetry::{GpuReading, HostSample, LiveEvent};
+use cardpool_domain::telemetry::{GpuReading, HostSample};
 use cardpool_protocol::{GpuSample, TelemetryFrame};
 use std::{
     collections::{HashMap, HashSet, VecDeque},
@@ -13,19 +13,22 @@ use std::{
 };
 use tokio::sync::broadcast;
 
-/// Raw frames kept per host for first paints (five minutes at 1 Hz).
+/// Samples kept per host for first paints (five minutes at 1 Hz).
 const RECENT_FRAMES: usize = 300;
 
 /// One host's frame as dashboards receive it, with its JSON ready for feeds that may see all
-/// of the host's GPUs (serialised once however many dashboards watch).
+/// of the host's GPUs (serialised once however many dashboards watch). The sample is shared
+/// with the host's recent ones; the JSON is not kept there (first paints are built from the
+/// samples), so it lives only until the feeds have sent it: it was most of the memory five
+/// minutes of frames took.
 pub struct Published {
-    pub sample: HostSample,
+    pub sample: Arc<HostSample>,
     pub json: String,
 }
 
 /// Telemetry that lives in memory: recent frames, the live feed, counters for `/metrics`.
 pub struct Hub {
-    recent: RwLock<HashMap<i64, VecDeque<Arc<Published>>>>,
+    recent: RwLock<HashMap<i64, VecDeque<Arc<HostSample>>>>,
     latest: RwLock<HashMap<i64, Arc<TelemetryFrame>>>,
     /// The last XID each GPU `(host, index)` raised since start-up (DCGM reports the last one
     /// seen, not only one raised in the latest second).
@@ -122,7 +125,7 @@ impl Hub {
         self.last_xid.read().unwrap_or_else(|p| p.into_inner()).get(&(host_id, index)).copied()
     }
 
-    pub(super) fn recent(&self, host_id: i64) -> Vec<Arc<Published>> {
+    pub(super) fn recent(&self, host_id: i64) -> Vec<Arc<HostSample>> {
         self.recent
             .read()
             .unwrap_or_else(|p| p.into_inner())
@@ -186,19 +189,29 @@ impl Hub {
 
     fn publish(&self, host_id: i64, frame: &TelemetryFrame) {
         let sample = HostSample { host_id, at_ms: frame.at_ms, gpus: frame.gpus.iter().map(reading).collect() };
-        let json = serde_json::to_string(&LiveEvent::Sample(sample.clone())).unwrap_or_default();
-        let published = Arc::new(Published { sample, json });
+        let json = sample_json(&sample);
+        let sample = Arc::new(sample);
         {
             let mut recent = self.recent.write().unwrap_or_else(|p| p.into_inner());
             let frames = recent.entry(host_id).or_default();
             if frames.len() == RECENT_FRAMES {
                 frames.pop_front();
             }
-            frames.push_back(published.clone());
+            frames.push_back(sample.clone());
         }
         // No dashboard watching is not an error.
-        let _ = self.feed.send(published);
+        let _ = self.feed.send(Arc::new(Published { sample, json }));
     }
+}
+
+/// `LiveEvent::Sample(sample)` as JSON, without copying the sample into an event first.
+fn sample_json(sample: &HostSample) -> String {
+    #[derive(serde::Serialize)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    enum Borrowed<'s> {
+        Sample(&'s HostSample),
+    }
+    serde_json::to_string(&Borrowed::Sample(sample)).unwrap_or_default()
 }
 
 pub(super) const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
@@ -212,5 +225,20 @@ pub fn reading(gpu: &GpuSample) -> GpuReading {
         memory_total_gib: gpu.memory_total_bytes.map(|b| b as f64 / GIB),
         temperature_c: gpu.temperature_c.map(f64::from),
         power_w: gpu.power_milliwatts.map(|mw| f64::from(mw) / 1000.0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cardpool_domain::telemetry::LiveEvent;
+
+    #[test]
+    fn sample_json_is_the_live_events() {
+        let gpu = GpuReading { index: 3, util_pct: Some(41.5), memory_used_gib: Some(12.25), ..Default::default() };
+        let sample = HostSample { host_id: 7, at_ms: 1_765_000_000_123, gpus: vec![gpu.clone(), gpu] };
+        let json = sample_json(&sample);
+        assert_eq!(json, serde_json::to_string(&LiveEvent::Sample(sample.clone())).unwrap());
+        assert_eq!(serde_json::from_str::<LiveEvent>(&json).unwrap(), LiveEvent::Sample(sample));
     }
 }

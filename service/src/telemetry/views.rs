@@ -50,7 +50,7 @@ pub async fn view(services: &Services, principal: &Principal, scope: TelemetrySc
     let mut samples: Vec<HostSample> = Vec::new();
     for (host_id, indexes) in &hosts {
         let recent: Vec<HostSample> =
-            services.telemetry.recent(*host_id).iter().filter_map(|p| grant.admits_sample(&p.sample)).collect();
+            services.telemetry.recent(*host_id).iter().filter_map(|sample| grant.admits_sample(sample)).collect();
         let raw_from = recent.first().map(|s| s.at_ms);
         let mut query = gpu_rollups::Entity::find()
             .filter(gpu_rollups::Column::HostId.eq(*host_id))
